@@ -1,0 +1,211 @@
+// memory_resources: the C++ counterpart of cuda.core's memoryResources sample.
+// Runs scale_and_bias over device, pinned and managed memory and checks every element.
+#include "scale_and_bias.hpp"
+
+#include <cudapmr/cudapmr.hpp>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr int exit_passed = 0;
+constexpr int exit_check_failed = 1;
+constexpr int exit_unusable = 2;
+
+constexpr std::string_view usage = R"(usage: memory_resources [--elements N] [--device D] [--help]
+
+Runs scale_and_bias over buffers from cudapmr's device, pinned and managed
+memory resources and checks every result on the host.
+
+  --elements N  number of floats per buffer (default 65536, at least 1)
+  --device D    CUDA device ordinal (default 0)
+  --help        print this text
+
+Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments or no usable device.
+)";
+
+struct options {
+  std::size_t elements = 65536;
+  int device = 0;
+};
+
+/// Arguments that cannot be used; the message is printed as is.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A result that differs from the expected value.
+struct check_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class Integer>
+Integer parse_integer(std::string_view flag, std::string_view text) {
+  Integer value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range)
+    throw usage_error(fmt::format("{} {}: out of range", flag, text));
+  if (error != std::errc{} || end != text.data() + text.size())
+    throw usage_error(fmt::format("{} {}: not a {}integer", flag, text, std::is_signed_v<Integer> ? "" : "non-negative "));
+  return value;
+}
+
+/// Returns nullopt when --help was asked for.
+std::optional<options> parse_arguments(int argc, char** argv) {
+  options parsed;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") return std::nullopt;
+    if (flag != "--elements" && flag != "--device") throw usage_error(fmt::format("unknown argument {}", flag));
+    if (i + 1 >= argc) throw usage_error(fmt::format("{} needs a value", flag));
+    const std::string_view value = argv[++i];
+    if (flag == "--elements") {
+      parsed.elements = parse_integer<std::size_t>(flag, value);
+      if (parsed.elements == 0) throw usage_error("--elements 0: need at least one element");
+    } else {
+      parsed.device = parse_integer<int>(flag, value);
+      if (parsed.device < 0) throw usage_error(fmt::format("--device {}: a device ordinal is never negative", value));
+    }
+  }
+  return parsed;
+}
+
+/// Input values that scale_and_bias maps to exactly representable results, so
+/// results are compared for equality.
+float input_value(std::size_t i) { return static_cast<float>(static_cast<int>(i % 4096) - 2048) * 0.25f; }
+
+void fill_input(std::span<float> values) {
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = input_value(i);
+}
+
+void verify(std::string_view section, std::span<const float> results, float scale, float bias) {
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const float expected = input_value(i) * scale + bias;
+    if (results[i] != expected)
+      throw check_failure(fmt::format("section {}: index {}: expected {}, got {}", section, i, expected, results[i]));
+  }
+}
+
+/// Managed memory beyond what the GPU has free oversubscribes the device, which
+/// can stall it; such a request is refused like any other exhaustion.
+void require_free_device_memory(const cudapmr::device& gpu, std::size_t bytes, std::string_view what) {
+  if (const std::size_t free_bytes = gpu.free_memory(); bytes > free_bytes)
+    throw cudapmr::out_of_memory(bytes, cudapmr::default_alignment, std::string(what),
+                                 fmt::format("device {} has only {} bytes free", gpu.ordinal(), free_bytes));
+}
+
+// [1] Pinned staging in, kernel on device memory, pinned staging out.
+void device_with_pinned_staging(const cudapmr::device& gpu, std::size_t elements) {
+  fmt::print("[1] DeviceMemoryResource + PinnedMemoryResource (staging)\n");
+  const cudapmr::stream stream(gpu.ordinal());
+  cudapmr::pinned_memory_resource pinned;
+  cudapmr::device_memory_resource& device_memory = cudapmr::default_device_resource(gpu.ordinal());
+
+  cudapmr::buffer<float> staging_in(pinned, elements, stream);
+  cudapmr::buffer<float> on_device(device_memory, elements, stream);
+  cudapmr::buffer<float> staging_out(pinned, elements, stream);
+  stream.synchronize();  // the pinned memory is now ready for the host
+  fill_input(staging_in.span());
+
+  on_device.copy_from(staging_in, stream);
+  demo::scale_and_bias(on_device.data(), on_device.size(), 3.0f, -0.5f, stream);
+  on_device.copy_to(staging_out, stream);
+  stream.synchronize();
+  verify("[1]", staging_out.span(), 3.0f, -0.5f);
+  fmt::print("  Pinned staging, device kernel, and copy_to verified\n\n");
+}
+
+// [2] Managed memory written and read by the host, with no explicit copy.
+void managed_memory(const cudapmr::device& gpu, std::size_t elements) {
+  fmt::print("[2] ManagedMemoryResource (unified memory)\n");
+  const cudapmr::stream stream(gpu.ordinal());
+  cudapmr::managed_memory_resource managed;
+  require_free_device_memory(gpu, cudapmr::detail::checked_byte_count(elements, sizeof(float)),
+                             managed.description());
+
+  cudapmr::buffer<float> unified(managed, elements, stream);
+  stream.synchronize();
+  fill_input(unified.span());
+  demo::scale_and_bias(unified.data(), unified.size(), 0.5f, 10.0f, stream);
+  stream.synchronize();
+  verify("[2]", unified.span(), 0.5f, 10.0f);
+  fmt::print("  GPU writes observed directly through the host-visible mapping\n\n");
+}
+
+// [3] A device pool the program creates and owns.
+void explicit_device_pool(const cudapmr::device& gpu, std::size_t elements) {
+  fmt::print("[3] Explicit DeviceMemoryResource\n");
+  const cudapmr::stream stream(gpu.ordinal());
+  const std::size_t bytes = cudapmr::detail::checked_byte_count(elements, sizeof(float));
+  cudapmr::device_memory_resource owned_pool(gpu.ordinal(), cudapmr::device_pool_options{.initial_size = bytes});
+
+  std::vector<float> host(elements);
+  fill_input(host);
+  cudapmr::buffer<float> on_device(owned_pool, elements, stream);
+  on_device.copy_from(std::span<const float>(host), stream);
+  demo::scale_and_bias(on_device.data(), on_device.size(), 1.0f, 100.0f, stream);
+  on_device.copy_to(std::span<float>(host), stream);
+  stream.synchronize();
+  on_device.close(stream);
+  verify("[3]", host, 1.0f, 100.0f);
+  fmt::print("  Explicit DeviceMemoryResource allocation verified\n\n");
+}
+
+int run(const options& chosen) {
+  if (cudapmr::device::count() == 0) throw usage_error("no CUDA device was found");
+  const cudapmr::device gpu(chosen.device);
+  gpu.set_current();
+  const auto [major, minor] = gpu.compute_capability();
+  fmt::print("Device: {}\nCompute Capability: {}.{}\n\n", gpu.name(), major, minor);
+
+  device_with_pinned_staging(gpu, chosen.elements);
+  managed_memory(gpu, chosen.elements);
+  explicit_device_pool(gpu, chosen.elements);
+  fmt::print("All memory resource demos passed.\n");
+  return exit_passed;
+}
+
+void report(const char* kind, const char* message) {
+  std::fflush(stdout);
+  fmt::print(stderr, "memory_resources: {}{}\n", kind, message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<options> chosen = parse_arguments(argc, argv);
+    if (!chosen) {
+      fmt::print("{}", usage);
+      return exit_passed;
+    }
+    return run(*chosen);
+  } catch (const usage_error& error) {
+    report("", error.what());
+    return exit_unusable;
+  } catch (const std::invalid_argument& error) {
+    report("", error.what());
+    return exit_unusable;
+  } catch (const cudapmr::out_of_memory& error) {
+    report("", error.what());
+    return exit_unusable;
+  } catch (const cudapmr::cuda_error& error) {
+    report("", error.what());
+    return cudapmr::is_no_device_error(error.error()) ? exit_unusable : exit_check_failed;
+  } catch (const check_failure& error) {
+    report("check failed: ", error.what());
+    return exit_check_failed;
+  } catch (const std::exception& error) {
+    report("error: ", error.what());
+    return exit_check_failed;
+  }
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages cudapmr builds with, where they are missing.
+# The CUDA toolkit itself is expected at /usr/local/cuda.
+set -euo pipefail
+packages=(cmake g++ make libfmt-dev libgtest-dev libbenchmark-dev)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if [[ ! -x /usr/local/cuda/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
+  echo "install-deps: the CUDA toolkit (nvcc) was not found at /usr/local/cuda" >&2
+  exit 1
+fi

@@ -1,0 +1,32 @@
+#pragma once
+/// \file managed_memory_resource.hpp
+/// Unified (managed) memory, migrated between host and devices on demand.
+
+#include "cudapmr/pool_resource.hpp"
+
+#include <cstddef>
+#include <optional>
+
+namespace cudapmr {
+
+/// Options for a managed pool that the resource creates and owns. CUDA gives
+/// managed pools no maximum size.
+struct managed_pool_options {
+  std::size_t initial_size = 0;
+  std::size_t release_threshold = keep_all_memory;
+  /// The device whose memory the pages prefer; none lets the driver decide.
+  std::optional<int> preferred_device;
+};
+
+/// Managed memory: accessible from the host and from every device.
+/// `device_id()` is the preferred device, or -1 where there is none.
+class managed_memory_resource final : public pool_resource {
+ public:
+  /// Uses the driver's default managed pool (no preferred location).
+  /// \throws cuda_error where no device exists.
+  managed_memory_resource();
+  /// Creates and owns a new managed pool.
+  explicit managed_memory_resource(const managed_pool_options& options);
+};
+
+}  // namespace cudapmr

@@ -1,0 +1,102 @@
+#pragma once
+/// \file pool_resource.hpp
+/// The one implementation behind the three CUDA memory kinds: a resource that
+/// draws from a CUDA memory pool with `cudaMallocFromPoolAsync`.
+
+#include "cudapmr/stream_ordered_resource.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace cudapmr {
+
+/// A release threshold that keeps all freed memory in the pool.
+inline constexpr std::size_t keep_all_memory = std::numeric_limits<std::size_t>::max();
+
+/// A snapshot of a pool's counters, in bytes. "Reserved" is memory the pool
+/// holds from the system; "used" is memory handed out and not yet freed.
+struct pool_stats {
+  std::size_t reserved_current = 0;
+  std::size_t reserved_high = 0;
+  std::size_t used_current = 0;
+  std::size_t used_high = 0;
+};
+
+namespace detail {
+/// Owns a `cudaMemPool_t` when `owned`; a driver default pool is only borrowed.
+class pool_handle {
+ public:
+  pool_handle(cudaMemPool_t pool, bool owned) noexcept : pool_(pool), owned_(owned) {}
+  ~pool_handle();
+  pool_handle(pool_handle&& other) noexcept;
+  pool_handle& operator=(pool_handle&&) = delete;
+  pool_handle(const pool_handle&) = delete;
+  pool_handle& operator=(const pool_handle&) = delete;
+
+  [[nodiscard]] cudaMemPool_t get() const noexcept { return pool_; }
+  [[nodiscard]] bool owned() const noexcept { return owned_; }
+
+ private:
+  cudaMemPool_t pool_;
+  bool owned_;
+};
+}  // namespace detail
+
+/// A stream-ordered resource over one CUDA memory pool. Thread-safe.
+/// Two pool resources compare equal when they draw from the same pool.
+class pool_resource : public stream_ordered_resource {
+ public:
+  /// Waits for the bound stream, then destroys an owned pool (CUDA defers the
+  /// release of memory still allocated from it until that memory is freed).
+  ~pool_resource() override;
+
+  /// The CUDA pool this resource draws from.
+  [[nodiscard]] cudaMemPool_t pool() const noexcept { return pool_.get(); }
+  /// True for a pool this resource created; false for a driver default pool.
+  [[nodiscard]] bool owns_pool() const noexcept { return pool_.owned(); }
+
+  /// The pool's counters. \throws cuda_error.
+  [[nodiscard]] pool_stats stats() const;
+  /// Resets `reserved_high` and `used_high` to the current values. \throws cuda_error.
+  void reset_peaks();
+  /// Releases unused pool memory to the system until at most `bytes_to_keep`
+  /// bytes stay reserved. \throws cuda_error.
+  void trim_to(std::size_t bytes_to_keep);
+  /// Reserved memory above this is released at the next synchronization.
+  [[nodiscard]] std::size_t release_threshold() const;
+  void set_release_threshold(std::size_t bytes);
+
+  [[nodiscard]] stream_ref bound_stream() const noexcept final { return bound_stream_.ref(); }
+  [[nodiscard]] std::string description() const final;
+
+ protected:
+  /// \param name the concrete class, for messages.
+  /// \param stream_device the device the bound stream is created on.
+  pool_resource(memory_kind kind, int device_id, detail::pool_handle pool, const char* name, int stream_device);
+
+  /// Sets the release threshold, then reserves `initial_size` bytes by
+  /// allocating and freeing them on the bound stream.
+  void configure(std::size_t initial_size, std::size_t release_threshold);
+
+ private:
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) final;
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept final;
+  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
+
+  [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
+
+  detail::pool_handle pool_;
+  const char* name_;
+  stream bound_stream_;
+  /// Allocations aligned past what the pool guarantees are over-allocated;
+  /// this maps each aligned pointer back to the pointer the pool gave.
+  std::mutex over_aligned_mutex_;
+  std::unordered_map<void*, void*> over_aligned_;
+};
+
+}  // namespace cudapmr

@@ -1,0 +1,97 @@
+#pragma once
+/// \file stream_ordered_resource.hpp
+/// The base of every cudapmr resource: a `std::pmr::memory_resource` with a
+/// stream-ordered extension.
+
+#include "cudapmr/memory_kind.hpp"
+#include "cudapmr/stream.hpp"
+
+#include <cstddef>
+#include <memory_resource>
+#include <string>
+
+namespace cudapmr {
+
+/// Alignment of every allocation when none is asked for (CCCL's choice for GPU memory).
+inline constexpr std::size_t default_alignment = 256;
+/// The largest alignment any resource honours; larger ones are refused.
+inline constexpr std::size_t max_alignment = std::size_t{1} << 21;
+
+/// A `std::pmr::memory_resource` whose memory can also be allocated and freed
+/// in stream order.
+///
+/// The pmr `allocate` is a stream-ordered allocation on the resource's bound
+/// stream followed by a synchronize of that stream, so its memory is usable at
+/// once on the host (host-accessible kinds) and on every stream. The pmr
+/// `deallocate` is a stream-ordered free on the bound stream: work on other
+/// streams that touches the memory must be complete or ordered before it.
+///
+/// Public functions validate and forward to private virtuals (NVI).
+class stream_ordered_resource : public std::pmr::memory_resource {
+ public:
+  stream_ordered_resource(const stream_ordered_resource&) = delete;
+  stream_ordered_resource& operator=(const stream_ordered_resource&) = delete;
+  ~stream_ordered_resource() override = default;
+
+  /// Allocates `bytes` in stream order on `stream`: the memory may be used by
+  /// work queued on `stream` after this call.
+  /// \throws std::invalid_argument if `alignment` is not a power of two or
+  ///   exceeds `max_alignment`; out_of_memory when the resource is exhausted;
+  ///   cuda_error for any other CUDA failure.
+  [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream);
+  /// As above, with `default_alignment`.
+  [[nodiscard]] void* allocate_async(std::size_t bytes, stream_ref stream) {
+    return allocate_async(bytes, default_alignment, stream);
+  }
+
+  /// Frees `p` in stream order on `stream`: work queued on `stream` before
+  /// this call may still use it. `bytes` and `alignment` must match the
+  /// allocation. Never throws; a null `p` is ignored.
+  void deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept;
+  /// As above, with `default_alignment`.
+  void deallocate_async(void* p, std::size_t bytes, stream_ref stream) noexcept {
+    deallocate_async(p, bytes, default_alignment, stream);
+  }
+
+  /// The kind of memory this resource hands out.
+  [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
+  [[nodiscard]] bool is_device_accessible() const noexcept { return cudapmr::is_device_accessible(kind_); }
+  [[nodiscard]] bool is_host_accessible() const noexcept { return cudapmr::is_host_accessible(kind_); }
+  /// The device the memory belongs to; -1 where it belongs to no one device.
+  [[nodiscard]] int device_id() const noexcept { return device_id_; }
+
+  /// The stream the synchronous pmr `allocate`/`deallocate` are ordered on.
+  [[nodiscard]] virtual stream_ref bound_stream() const noexcept = 0;
+  /// A short description for messages: "device_memory_resource (device 0)".
+  [[nodiscard]] virtual std::string description() const = 0;
+
+ protected:
+  stream_ordered_resource(memory_kind kind, int device_id) noexcept : kind_(kind), device_id_(device_id) {}
+
+  /// The pmr entry points: stream-ordered calls on `bound_stream()`, plus a
+  /// synchronize after allocating. Derived classes may override for a faster
+  /// path that keeps the same guarantees.
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
+  /// Identity; pool-backed resources compare equal when they share a pool.
+  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+
+ private:
+  /// Called with a valid alignment (a power of two, at most `max_alignment`).
+  virtual void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
+  /// Called with a non-null pointer. Must not throw.
+  virtual void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept = 0;
+
+  memory_kind kind_;
+  int device_id_;
+};
+
+namespace detail {
+/// \throws std::invalid_argument naming `alignment` unless it is a power of two
+/// no larger than `max_alignment`.
+void validate_alignment(std::size_t alignment, std::size_t bytes);
+}  // namespace detail
+
+}  // namespace cudapmr

@@ -1,0 +1,66 @@
+#include "cudapmr/detail/buffer_operations.hpp"
+
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace cudapmr::detail {
+
+std::size_t checked_byte_count(std::size_t count, std::size_t element_size) {
+  if (element_size != 0 && count > std::numeric_limits<std::size_t>::max() / element_size)
+    throw std::invalid_argument(fmt::format("buffer of {} elements of {} bytes: the byte count overflows size_t",
+                                            count, element_size));
+  return count * element_size;
+}
+
+void check_copy_sizes(const char* operation, std::size_t destination_count, std::size_t source_count,
+                      std::size_t element_size) {
+  if (destination_count != source_count)
+    throw std::invalid_argument(fmt::format(
+        "{}: size mismatch: the destination holds {} elements ({} bytes) but the source holds {} ({} bytes)",
+        operation, destination_count, destination_count * element_size, source_count, source_count * element_size));
+}
+
+void throw_closed_buffer(const char* operation) {
+  throw std::invalid_argument(fmt::format("{}: the buffer is closed or moved-from and owns no memory", operation));
+}
+
+void copy_bytes(void* destination, bool destination_pageable, const void* source, bool source_pageable,
+                std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) return;
+  if (destination_pageable && source_pageable) {
+    std::memcpy(destination, source, bytes);
+    return;
+  }
+  if (const cudaError_t status = cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get());
+      status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    throw cuda_error(status, fmt::format("cudaMemcpyAsync of {} bytes from {} to {} on stream {}", bytes,
+                                         fmt::ptr(source), fmt::ptr(destination), fmt::ptr(stream.get())));
+  }
+}
+
+void fill_pattern(void* destination, std::size_t count, const void* value, std::size_t value_bytes,
+                  memory_kind kind, stream_ref stream) {
+  if (count == 0) return;
+  auto* bytes = static_cast<unsigned char*>(destination);
+  if (kind == memory_kind::pageable) {
+    for (std::size_t i = 0; i < count; ++i) std::memcpy(bytes + i * value_bytes, value, value_bytes);
+    return;
+  }
+  // A pattern of one repeated byte (zero, most often) is a plain memset.
+  const auto* pattern = static_cast<const unsigned char*>(value);
+  bool one_byte = true;
+  for (std::size_t i = 1; i < value_bytes; ++i) one_byte = one_byte && pattern[i] == pattern[0];
+  if (one_byte) {
+    CUDAPMR_CHECK(cudaMemsetAsync(destination, pattern[0], count * value_bytes, stream.get()));
+    return;
+  }
+  launch_fill_kernel(destination, count, value, value_bytes, stream);
+}
+
+}  // namespace cudapmr::detail

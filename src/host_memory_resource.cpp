@@ -1,0 +1,46 @@
+#include "cudapmr/host_memory_resource.hpp"
+
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <new>
+
+namespace cudapmr {
+
+std::string host_memory_resource::description() const {
+  if (capacity_ == std::numeric_limits<std::size_t>::max()) return "host_memory_resource";
+  return fmt::format("host_memory_resource (capacity {} bytes)", capacity_);
+}
+
+void* host_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
+  // Reserve the bytes first so that concurrent callers never overshoot the capacity.
+  std::size_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > capacity_ - used)
+      throw out_of_memory(bytes, alignment, description(), fmt::format("{} of {} bytes in use", used, capacity_));
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  if (bytes == 0) return nullptr;
+  void* p = ::operator new(bytes, std::align_val_t{alignment}, std::nothrow);
+  if (p == nullptr) {
+    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    throw out_of_memory(bytes, alignment, description(), "the system allocator refused");
+  }
+  return p;
+}
+
+void host_memory_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
+                                               stream_ref /*stream*/) noexcept {
+  ::operator delete(p, std::align_val_t{alignment});
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void* host_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  return allocate_async(bytes, alignment, bound_stream());
+}
+
+void host_memory_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  deallocate_async(p, bytes, alignment, bound_stream());
+}
+
+}  // namespace cudapmr

@@ -1,0 +1,275 @@
+// The pool-backed implementation shared by the device, pinned and managed kinds.
+#include "cudapmr/device_memory_resource.hpp"
+#include "cudapmr/managed_memory_resource.hpp"
+#include "cudapmr/pinned_memory_resource.hpp"
+
+#include "cudapmr/device.hpp"
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace cudapmr {
+namespace {
+
+/// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
+constexpr std::size_t pool_alignment = 256;
+
+int current_device_ordinal() { return device::current().ordinal(); }
+
+cudaMemLocation device_location(int device) {
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeDevice;
+  location.id = device;
+  return location;
+}
+
+cudaMemLocation host_location() {
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeHost;
+  return location;
+}
+
+cudaMemLocation managed_location(const std::optional<int>& preferred_device) {
+  if (preferred_device) return device_location(*preferred_device);
+  cudaMemLocation location{};
+  location.type = cudaMemLocationTypeNone;
+  return location;
+}
+
+detail::pool_handle default_pool(cudaMemLocation location, cudaMemAllocationType type) {
+  cudaMemPool_t pool = nullptr;
+  CUDAPMR_CHECK(cudaMemGetDefaultMemPool(&pool, &location, type));
+  return {pool, false};
+}
+
+detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
+                                cudaMemAllocationHandleType handle_types) {
+  cudaMemPoolProps properties{};
+  properties.allocType = type;
+  properties.location = location;
+  properties.maxSize = max_size;
+  properties.handleTypes = handle_types;
+  cudaMemPool_t pool = nullptr;
+  CUDAPMR_CHECK(cudaMemPoolCreate(&pool, &properties));
+  return {pool, true};
+}
+
+/// Host pools are reachable only from the host until access is granted; the
+/// pinned kind promises kernels on every device can read and write its memory.
+void grant_access_to_all_devices(cudaMemPool_t pool) {
+  const int devices = device::count();
+  std::vector<cudaMemAccessDesc> access(static_cast<std::size_t>(devices));
+  for (int ordinal = 0; ordinal < devices; ++ordinal) {
+    access[static_cast<std::size_t>(ordinal)].location = device_location(ordinal);
+    access[static_cast<std::size_t>(ordinal)].flags = cudaMemAccessFlagsProtReadWrite;
+  }
+  CUDAPMR_CHECK(cudaMemPoolSetAccess(pool, access.data(), access.size()));
+}
+
+detail::pool_handle with_device_access(detail::pool_handle pool) {
+  grant_access_to_all_devices(pool.get());
+  return pool;
+}
+
+std::uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
+  std::uint64_t value = 0;
+  CUDAPMR_CHECK(cudaMemPoolGetAttribute(pool, attribute, &value));
+  return value;
+}
+
+void set_pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute, std::uint64_t value) {
+  CUDAPMR_CHECK(cudaMemPoolSetAttribute(pool, attribute, &value));
+}
+
+int validated(int device) {
+  detail::validate_device_ordinal(device);
+  return device;
+}
+
+const std::optional<int>& validated_preference(const std::optional<int>& preferred_device) {
+  if (preferred_device) detail::validate_device_ordinal(*preferred_device);
+  else detail::validate_device_ordinal(0);
+  return preferred_device;
+}
+
+}  // namespace
+
+namespace detail {
+
+pool_handle::~pool_handle() {
+  if (owned_ && pool_ != nullptr) static_cast<void>(cudaMemPoolDestroy(pool_));
+}
+
+pool_handle::pool_handle(pool_handle&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)), owned_(std::exchange(other.owned_, false)) {}
+
+}  // namespace detail
+
+// ---- pool_resource ---------------------------------------------------------
+
+pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handle pool, const char* name,
+                             int stream_device)
+    : stream_ordered_resource(kind, device_id),
+      pool_(std::move(pool)),
+      name_(name),
+      bound_stream_(stream_device) {}
+
+pool_resource::~pool_resource() {
+  // Stream-ordered frees queued on the bound stream must land before an owned
+  // pool is destroyed; errors are ignored, as a destructor must not throw.
+  static_cast<void>(cudaStreamSynchronize(bound_stream_.get()));
+}
+
+void pool_resource::configure(std::size_t initial_size, std::size_t release_threshold) {
+  set_release_threshold(release_threshold);
+  if (initial_size == 0) return;
+  void* reservation = allocate_async(initial_size, bound_stream());
+  deallocate_async(reservation, initial_size, bound_stream());
+  bound_stream_.synchronize();
+}
+
+pool_stats pool_resource::stats() const {
+  return {pool_attribute(pool(), cudaMemPoolAttrReservedMemCurrent),
+          pool_attribute(pool(), cudaMemPoolAttrReservedMemHigh),
+          pool_attribute(pool(), cudaMemPoolAttrUsedMemCurrent),
+          pool_attribute(pool(), cudaMemPoolAttrUsedMemHigh)};
+}
+
+void pool_resource::reset_peaks() {
+  // CUDA accepts only zero for the high-water marks, which resets them to the current values.
+  set_pool_attribute(pool(), cudaMemPoolAttrReservedMemHigh, 0);
+  set_pool_attribute(pool(), cudaMemPoolAttrUsedMemHigh, 0);
+}
+
+void pool_resource::trim_to(std::size_t bytes_to_keep) { CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep)); }
+
+std::size_t pool_resource::release_threshold() const {
+  return pool_attribute(pool(), cudaMemPoolAttrReleaseThreshold);
+}
+
+void pool_resource::set_release_threshold(std::size_t bytes) {
+  set_pool_attribute(pool(), cudaMemPoolAttrReleaseThreshold, bytes);
+}
+
+std::string pool_resource::description() const {
+  const char* pool_kind = owns_pool() ? "owned pool" : "default pool";
+  if (device_id() < 0) return fmt::format("{} ({})", name_, pool_kind);
+  return fmt::format("{} (device {}, {})", name_, device_id(), pool_kind);
+}
+
+void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  void* p = nullptr;
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool(), stream.get());
+  if (status == cudaSuccess) return p;
+  static_cast<void>(cudaGetLastError());  // leave no error behind for the next call
+  if (status == cudaErrorMemoryAllocation)
+    throw out_of_memory(bytes, alignment, description(),
+                        fmt::format("{}: {}", cudaGetErrorName(status), cudaGetErrorString(status)));
+  throw cuda_error(status, fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes,
+                                       alignment, fmt::ptr(stream.get()), description()));
+}
+
+void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  if (alignment <= pool_alignment) return allocate_from_pool(bytes, alignment, stream);
+
+  // Over-allocate and align up; rare, so a locked map is cheap enough.
+  const std::size_t padding = alignment - pool_alignment;
+  if (bytes > std::numeric_limits<std::size_t>::max() - padding)
+    throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
+  void* base = allocate_from_pool(bytes + padding, alignment, stream);
+  const auto address = reinterpret_cast<std::uintptr_t>(base);
+  void* aligned = reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
+  try {
+    const std::lock_guard lock(over_aligned_mutex_);
+    over_aligned_.emplace(aligned, base);
+  } catch (...) {
+    static_cast<void>(cudaFreeAsync(base, stream.get()));
+    throw;
+  }
+  return aligned;
+}
+
+void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::size_t alignment,
+                                        stream_ref stream) noexcept {
+  void* base = p;
+  if (alignment > pool_alignment) {
+    const std::lock_guard lock(over_aligned_mutex_);
+    if (const auto found = over_aligned_.find(p); found != over_aligned_.end()) {
+      base = found->second;
+      over_aligned_.erase(found);
+    }
+  }
+  if (cudaFreeAsync(base, stream.get()) != cudaSuccess) static_cast<void>(cudaGetLastError());
+}
+
+bool pool_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
+  const auto* other_pool = dynamic_cast<const pool_resource*>(&other);
+  return other_pool != nullptr && other_pool->pool() == pool();
+}
+
+// ---- the three kinds ---------------------------------------------------------
+
+device_memory_resource::device_memory_resource(int device)
+    : pool_resource(memory_kind::device, device,
+                    default_pool(device_location(validated(device)), cudaMemAllocationTypePinned),
+                    "device_memory_resource",
+                    device) {
+  configure(0, keep_all_memory);
+}
+
+device_memory_resource::device_memory_resource(int device, const device_pool_options& options)
+    : pool_resource(memory_kind::device, device,
+                    create_pool(device_location(validated(device)), cudaMemAllocationTypePinned, options.max_size,
+                                options.ipc_enabled ? cudaMemHandleTypePosixFileDescriptor : cudaMemHandleTypeNone),
+                    "device_memory_resource", device) {
+  configure(options.initial_size, options.release_threshold);
+}
+
+device_memory_resource& default_device_resource(int device) {
+  detail::validate_device_ordinal(device);
+  // Created on first use and never destroyed, so that memory still pooled at
+  // exit is released by the driver, not by a destructor racing its teardown.
+  static std::mutex mutex;
+  static auto* resources = new std::map<int, device_memory_resource*>();
+  const std::lock_guard lock(mutex);
+  auto& resource = (*resources)[device];
+  if (resource == nullptr) resource = new device_memory_resource(device);
+  return *resource;
+}
+
+pinned_memory_resource::pinned_memory_resource()
+    : pool_resource(memory_kind::pinned, -1,
+                    with_device_access(default_pool(host_location(), cudaMemAllocationTypePinned)),
+                    "pinned_memory_resource", current_device_ordinal()) {
+  configure(0, keep_all_memory);
+}
+
+pinned_memory_resource::pinned_memory_resource(const pinned_pool_options& options)
+    : pool_resource(memory_kind::pinned, -1,
+                    with_device_access(create_pool(host_location(), cudaMemAllocationTypePinned, options.max_size,
+                                                   cudaMemHandleTypeNone)),
+                    "pinned_memory_resource", current_device_ordinal()) {
+  configure(options.initial_size, options.release_threshold);
+}
+
+managed_memory_resource::managed_memory_resource()
+    : pool_resource(memory_kind::managed, -1, default_pool(managed_location(std::nullopt), cudaMemAllocationTypeManaged),
+                    "managed_memory_resource", current_device_ordinal()) {
+  configure(0, keep_all_memory);
+}
+
+managed_memory_resource::managed_memory_resource(const managed_pool_options& options)
+    : pool_resource(memory_kind::managed, options.preferred_device.value_or(-1),
+                    create_pool(managed_location(validated_preference(options.preferred_device)), cudaMemAllocationTypeManaged, 0,
+                                cudaMemHandleTypeNone),
+                    "managed_memory_resource",
+                    options.preferred_device ? *options.preferred_device : current_device_ordinal()) {
+  configure(options.initial_size, options.release_threshold);
+}
+
+}  // namespace cudapmr

@@ -1,0 +1,48 @@
+#include "cudapmr/stream_ordered_resource.hpp"
+
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <stdexcept>
+
+namespace cudapmr {
+
+void* stream_ordered_resource::allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  detail::validate_alignment(alignment, bytes);
+  return do_allocate_async(bytes, alignment, stream);
+}
+
+void stream_ordered_resource::deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
+                                               stream_ref stream) noexcept {
+  if (p != nullptr) do_deallocate_async(p, bytes, alignment, stream);
+}
+
+void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  const stream_ref stream = bound_stream();
+  void* p = allocate_async(bytes, alignment, stream);
+  if (const cudaError_t status = cudaStreamSynchronize(stream.get()); status != cudaSuccess) {
+    deallocate_async(p, bytes, alignment, stream);
+    detail::throw_cuda_error(status, "cudaStreamSynchronize after a pmr allocate", __FILE__, __LINE__);
+  }
+  return p;
+}
+
+void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  deallocate_async(p, bytes, alignment, bound_stream());
+}
+
+namespace detail {
+
+void validate_alignment(std::size_t alignment, std::size_t bytes) {
+  if (!std::has_single_bit(alignment))
+    throw std::invalid_argument(
+        fmt::format("alignment {} (for {} bytes) is not a power of two", alignment, bytes));
+  if (alignment > max_alignment)
+    throw std::invalid_argument(fmt::format("alignment {} (for {} bytes) exceeds the largest supported alignment {}",
+                                            alignment, bytes, max_alignment));
+}
+
+}  // namespace detail
+}  // namespace cudapmr

@@ -110,8 +110,9 @@ void device_with_pinned_staging(const cudapmr::device& gpu, std::size_t elements
   cudapmr::pinned_memory_resource pinned;
   cudapmr::device_memory_resource& device_memory = cudapmr::default_device_resource(gpu.ordinal());
 
-  cudapmr::buffer<float> staging_in(pinned, elements, stream);
+  // Device memory first: a request larger than the GPU fails there at once.
   cudapmr::buffer<float> on_device(device_memory, elements, stream);
+  cudapmr::buffer<float> staging_in(pinned, elements, stream);
   cudapmr::buffer<float> staging_out(pinned, elements, stream);
   stream.synchronize();  // the pinned memory is now ready for the host
   fill_input(staging_in.span());

@@ -1,0 +1,171 @@
+// What the three pool-backed kinds add to the shared contract: options,
+// statistics, trimming, pool sharing and the per-device default.
+#include "support/resource_cases.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace cudapmr::test {
+namespace {
+
+class PoolResource : public ::testing::Test {
+ protected:
+  void SetUp() override { CUDAPMR_REQUIRE_GPU(); }
+};
+
+TEST_F(PoolResource, StatsTrackUsedAndReservedMemory) {
+  device_memory_resource resource(0, device_pool_options{});
+  const cudapmr::stream stream(0);
+  EXPECT_EQ(resource.stats().used_current, 0u);
+  void* p = resource.allocate_async(8 * mebibyte, stream);
+  const pool_stats during = resource.stats();
+  EXPECT_GE(during.used_current, 8 * mebibyte);
+  EXPECT_GE(during.reserved_current, during.used_current);
+  resource.deallocate_async(p, 8 * mebibyte, stream);
+  stream.synchronize();
+  const pool_stats after = resource.stats();
+  EXPECT_EQ(after.used_current, 0u);
+  EXPECT_GE(after.used_high, 8 * mebibyte);
+  EXPECT_GE(after.reserved_current, 8 * mebibyte) << "the default release threshold keeps all memory";
+  resource.reset_peaks();
+  EXPECT_EQ(resource.stats().used_high, 0u);
+}
+
+TEST_F(PoolResource, ReleaseThresholdDefaultsToKeepingAllMemory) {
+  EXPECT_EQ(device_memory_resource(0, device_pool_options{}).release_threshold(), keep_all_memory);
+  EXPECT_EQ(pinned_memory_resource(pinned_pool_options{}).release_threshold(), keep_all_memory);
+  EXPECT_EQ(managed_memory_resource(managed_pool_options{}).release_threshold(), keep_all_memory);
+  device_memory_resource resource(0, device_pool_options{.release_threshold = 4 * mebibyte});
+  EXPECT_EQ(resource.release_threshold(), 4 * mebibyte);
+}
+
+TEST_F(PoolResource, InitialSizeIsReservedUpFront) {
+  const device_memory_resource device_memory(0, device_pool_options{.initial_size = 64 * mebibyte});
+  EXPECT_GE(device_memory.stats().reserved_current, 64 * mebibyte);
+  EXPECT_EQ(device_memory.stats().used_current, 0u);
+  const pinned_memory_resource pinned(pinned_pool_options{.initial_size = 16 * mebibyte});
+  EXPECT_GE(pinned.stats().reserved_current, 16 * mebibyte);
+  const managed_memory_resource managed(managed_pool_options{.initial_size = 16 * mebibyte});
+  EXPECT_GE(managed.stats().reserved_current, 16 * mebibyte);
+}
+
+TEST_F(PoolResource, TrimToReturnsUnusedMemoryToTheSystem) {
+  pinned_memory_resource resource(pinned_pool_options{.initial_size = 64 * mebibyte});
+  ASSERT_GE(resource.stats().reserved_current, 64 * mebibyte);
+  resource.trim_to(0);
+  EXPECT_EQ(resource.stats().reserved_current, 0u);
+}
+
+TEST_F(PoolResource, MaxSizeCapsDeviceAndPinnedPools) {
+  device_memory_resource device_memory(0, device_pool_options{.max_size = 64 * mebibyte});
+  pinned_memory_resource pinned(pinned_pool_options{.max_size = 64 * mebibyte});
+  for (pool_resource* resource : {static_cast<pool_resource*>(&device_memory), static_cast<pool_resource*>(&pinned)}) {
+    void* half = resource->allocate(32 * mebibyte);
+    EXPECT_THROW(static_cast<void>(resource->allocate(48 * mebibyte)), out_of_memory) << resource->description();
+    void* rest = resource->allocate(16 * mebibyte);
+    resource->deallocate(rest, 16 * mebibyte);
+    resource->deallocate(half, 32 * mebibyte);
+  }
+}
+
+TEST_F(PoolResource, ResourcesOverTheSamePoolCompareEqual) {
+  const device_memory_resource first(0);
+  const device_memory_resource second(0);
+  EXPECT_TRUE(first.is_equal(second));
+  EXPECT_EQ(first.pool(), second.pool());
+  EXPECT_FALSE(first.owns_pool());
+  const device_memory_resource owned(0, device_pool_options{});
+  EXPECT_TRUE(owned.owns_pool());
+  EXPECT_FALSE(first.is_equal(owned));
+  EXPECT_TRUE(pinned_memory_resource().is_equal(pinned_memory_resource()));
+  EXPECT_TRUE(managed_memory_resource().is_equal(managed_memory_resource()));
+  EXPECT_FALSE(pinned_memory_resource().is_equal(managed_memory_resource()));
+}
+
+TEST_F(PoolResource, PmrDeallocateReturnsMemoryToThePool) {
+  device_memory_resource owner(0, device_pool_options{});
+  const pool_stats before = owner.stats();
+  void* p = owner.allocate(mebibyte);
+  ASSERT_EQ(owner.stats().used_current, before.used_current + mebibyte);
+  owner.deallocate(p, mebibyte);
+  owner.bound_stream().wait();
+  EXPECT_EQ(owner.stats().used_current, before.used_current);
+}
+
+TEST_F(PoolResource, MemoryFreedThroughAnEqualResourceReturnsToThePool) {
+  device_memory_resource allocator(0);
+  device_memory_resource other(0);
+  ASSERT_TRUE(allocator == other);
+  const std::size_t used_before = allocator.stats().used_current;
+  void* p = allocator.allocate(mebibyte);
+  std::pmr::memory_resource& through = other;
+  through.deallocate(p, mebibyte);
+  other.bound_stream().wait();
+  EXPECT_EQ(allocator.stats().used_current, used_before);
+}
+
+TEST_F(PoolResource, DefaultDeviceResourceIsOnePerDevice) {
+  device_memory_resource& first = default_device_resource(0);
+  device_memory_resource& again = default_device_resource(0);
+  EXPECT_EQ(&first, &again);
+  EXPECT_EQ(first.device_id(), 0);
+  EXPECT_FALSE(first.owns_pool());
+  EXPECT_TRUE(first.is_equal(device_memory_resource(0)));
+}
+
+TEST_F(PoolResource, DeviceOrdinalOutOfRangeThrowsNamingTheCount) {
+  const int count = device::count();
+  try {
+    device_memory_resource resource(count);
+    ADD_FAILURE() << "device " << count << " was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find(std::to_string(count) + " CUDA device"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(static_cast<void>(default_device_resource(count)), std::invalid_argument);
+  EXPECT_THROW(managed_memory_resource(managed_pool_options{.preferred_device = count}), std::invalid_argument);
+}
+
+TEST_F(PoolResource, PinnedMemoryIsReadAndWrittenByKernels) {
+  pinned_memory_resource resource;
+  const cudapmr::stream stream(0);
+  constexpr std::size_t count = 1 << 20;
+  auto* words = static_cast<std::uint32_t*>(resource.allocate_async(count * sizeof(std::uint32_t), stream));
+  write_sequence(words, count, 5, stream);  // kernel writes
+  stream.synchronize();
+  for (std::size_t i = 0; i < count; i += 4099) ASSERT_EQ(words[i], 5 + i) << i;  // host reads
+  for (std::size_t i = 0; i < count; ++i) words[i] = static_cast<std::uint32_t>(7 + i);  // host writes
+  EXPECT_EQ(count_sequence_mismatches(words, count, 7, stream), 0u);  // kernel reads
+  resource.deallocate_async(words, count * sizeof(std::uint32_t), stream);
+  stream.synchronize();
+}
+
+TEST_F(PoolResource, BufferDestructorReturnsMemoryToThePool) {
+  device_memory_resource device_memory(0, device_pool_options{});
+  pinned_memory_resource pinned(pinned_pool_options{});
+  managed_memory_resource managed(managed_pool_options{});
+  const cudapmr::stream stream(0);
+  for (pool_resource* pool : {static_cast<pool_resource*>(&device_memory), static_cast<pool_resource*>(&pinned),
+                              static_cast<pool_resource*>(&managed)}) {
+    {
+      const buffer<char> values(*pool, 3 * mebibyte, stream);
+      EXPECT_GE(pool->stats().used_current, 3 * mebibyte) << pool->description();
+    }
+    stream.synchronize();
+    EXPECT_EQ(pool->stats().used_current, 0u) << pool->description();
+  }
+}
+
+TEST_F(PoolResource, ManagedPreferredDeviceIsItsDeviceId) {
+  EXPECT_EQ(managed_memory_resource(managed_pool_options{.preferred_device = 0}).device_id(), 0);
+  EXPECT_EQ(managed_memory_resource().device_id(), -1);
+}
+
+TEST_F(PoolResource, DescriptionNamesClassDeviceAndPool) {
+  EXPECT_EQ(device_memory_resource(0).description(), "device_memory_resource (device 0, default pool)");
+  EXPECT_EQ(pinned_memory_resource(pinned_pool_options{}).description(), "pinned_memory_resource (owned pool)");
+}
+
+}  // namespace
+}  // namespace cudapmr::test

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The whole GPU verification in one call, for a machine with a GPU: the test
+# suite, the demo (expected output, sizes, bad arguments) and memcheck over
+# both. Run from the repository root on binaries built with CMake:
+#   test/run_gpu_suite.sh [build-dir]
+# Logs go to $OUT (or /tmp/cudapmr-gpu); the last lines are a summary.
+set -uo pipefail
+build=${1:-build}
+out=${OUT:-/tmp/cudapmr-gpu}
+mkdir -p "$out"
+tests=$build/test/cudapmr_tests
+demo=$build/apps/memory_resources/memory_resources
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+summary=()
+failed=0
+
+note() { summary+=("$1"); echo "$1"; }
+verdict() {  # verdict NAME EXPECTED_RC ACTUAL_RC DETAIL
+  if [[ $2 == "$3" ]]; then note "PASS  $1 (rc $3) $4"; else note "FAIL  $1 (rc $3, expected $2) $4"; failed=1; fi
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+# 1. The GoogleTest suite.
+"$tests" --gtest_brief=1 >"$out/tests.log" 2>&1
+rc=$?
+verdict "tests" 0 $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
+
+# 2. The demo: the sample's output, line for line, at three sizes.
+for elements in default 1048576 100000007; do
+  args=()
+  [[ $elements != default ]] && args=(--elements "$elements")
+  "$demo" "${args[@]}" >"$out/demo-$elements.log" 2>&1
+  rc=$?
+  match=$(paste -d'\t' "$out/demo-$elements.log" apps/memory_resources/expected_output.txt | awk -F'\t' '
+    { pattern = $2; gsub(/[][().+]/, "\\\\&", pattern); gsub(/\*/, ".*", pattern); if ($1 !~ "^" pattern "$") bad = 1 }
+    END { print (bad || NR != 12) ? "output differs" : "output as expected" }')
+  [[ $match == "output differs" ]] && failed=1
+  verdict "demo --elements $elements" 0 $rc "$match"
+done
+cat "$out/demo-default.log"
+
+# 3. The demo refuses what it cannot use, with exit code 2 and one line.
+for bad in "--elements 0" "--elements -5" "--elements abc" "--elements 99999999999999999999" \
+           "--elements 100000000000" "--device -1" "--device 9" "--bogus"; do
+  # shellcheck disable=SC2086
+  "$demo" $bad >/dev/null 2>"$out/refusal.txt"
+  rc=$?
+  message=$(head -1 "$out/refusal.txt")
+  verdict "demo $bad" 2 $rc "-> $message"
+done
+
+# 4. memcheck with leak checking over the demo and the whole suite.
+"$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 "$demo" >"$out/memcheck-demo.log" 2>&1
+rc=$?
+verdict "memcheck demo" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-demo.log" | tail -1)"
+"$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 "$tests" --gtest_brief=1 \
+  >"$out/memcheck-tests.log" 2>&1
+rc=$?
+verdict "memcheck tests" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-tests.log" | tail -1)"
+
+echo
+echo "==== summary ===="
+printf '%s\n' "${summary[@]}"
+exit $failed

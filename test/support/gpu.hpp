@@ -1,0 +1,37 @@
+#pragma once
+// What the tests need to know about the machine, and the kernels they run.
+
+#include <cudapmr/device.hpp>
+#include <cudapmr/stream.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cudapmr::test {
+
+/// True where at least one CUDA device exists.
+inline bool gpu_available() {
+  static const bool available = device::count() > 0;
+  return available;
+}
+
+/// Writes `seed + i` to each of `count` words at `data` (device-accessible), in stream order.
+void write_sequence(std::uint32_t* data, std::size_t count, std::uint32_t seed, stream_ref stream);
+
+/// Adds `increment` to each of `count` words, in stream order.
+void add_to_each(std::uint32_t* data, std::size_t count, std::uint32_t increment, stream_ref stream);
+
+/// Counts, on the GPU, the words that differ from `seed + i`; synchronizes `stream`.
+std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
+                                      stream_ref stream);
+
+}  // namespace cudapmr::test
+
+/// Skips the current test, visibly, where there is no GPU.
+#define CUDAPMR_REQUIRE_GPU()                                              \
+  do {                                                                     \
+    if (!::cudapmr::test::gpu_available())                                 \
+      GTEST_SKIP() << "no CUDA device was found: this test needs a GPU";   \
+  } while (false)

@@ -32,9 +32,12 @@ for elements in default 1048576 100000007; do
   [[ $elements != default ]] && args=(--elements "$elements")
   "$demo" "${args[@]}" >"$out/demo-$elements.log" 2>&1
   rc=$?
-  match=$(paste -d'\t' "$out/demo-$elements.log" apps/memory_resources/expected_output.txt | awk -F'\t' '
-    { pattern = $2; gsub(/[][().+]/, "\\\\&", pattern); gsub(/\*/, ".*", pattern); if ($1 !~ "^" pattern "$") bad = 1 }
-    END { print (bad || NR != 12) ? "output differs" : "output as expected" }')
+  if sed -E '1s/^Device: .+$/Device: */; 2s/^Compute Capability: [0-9]+\.[0-9]+$/Compute Capability: */' \
+       "$out/demo-$elements.log" | diff -q - apps/memory_resources/expected_output.txt >/dev/null; then
+    match="output as expected"
+  else
+    match="output differs"
+  fi
   [[ $match == "output differs" ]] && failed=1
   verdict "demo --elements $elements" 0 $rc "$match"
 done
@@ -50,11 +53,12 @@ for bad in "--elements 0" "--elements -5" "--elements abc" "--elements 999999999
   verdict "demo $bad" 2 $rc "-> $message"
 done
 
-# 4. memcheck with leak checking over the demo and the whole suite.
+# 4. memcheck with leak checking over the demo and the whole suite. The suite
+# provokes allocation failures on purpose, so API error reports are off there.
 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 "$demo" >"$out/memcheck-demo.log" 2>&1
 rc=$?
 verdict "memcheck demo" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-demo.log" | tail -1)"
-"$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 "$tests" --gtest_brief=1 \
+"$sanitizer" --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 "$tests" --gtest_brief=1 \
   >"$out/memcheck-tests.log" 2>&1
 rc=$?
 verdict "memcheck tests" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-tests.log" | tail -1)"

@@ -35,12 +35,4 @@ void host_memory_resource::do_deallocate_async(void* p, std::size_t bytes, std::
   used_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-void* host_memory_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
-  return allocate_async(bytes, alignment, bound_stream());
-}
-
-void host_memory_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
-  deallocate_async(p, bytes, alignment, bound_stream());
-}
-
 }  // namespace cudapmr

@@ -22,6 +22,7 @@ void stream_ordered_resource::deallocate_async(void* p, std::size_t bytes, std::
 void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   const stream_ref stream = bound_stream();
   void* p = allocate_async(bytes, alignment, stream);
+  if (kind() == memory_kind::pageable) return p;  // pageable memory involves no stream work
   if (const cudaError_t status = cudaStreamSynchronize(stream.get()); status != cudaSuccess) {
     deallocate_async(p, bytes, alignment, stream);
     detail::throw_cuda_error(status, "cudaStreamSynchronize after a pmr allocate", __FILE__, __LINE__);

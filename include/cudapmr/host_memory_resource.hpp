@@ -32,8 +32,6 @@ class host_memory_resource final : public stream_ordered_resource {
  private:
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
-  void* do_allocate(std::size_t bytes, std::size_t alignment) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
 
   std::size_t capacity_;
   std::atomic<std::size_t> used_{0};

@@ -69,8 +69,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   stream_ordered_resource(memory_kind kind, int device_id) noexcept : kind_(kind), device_id_(device_id) {}
 
   /// The pmr entry points: stream-ordered calls on `bound_stream()`, plus a
-  /// synchronize after allocating. Derived classes may override for a faster
-  /// path that keeps the same guarantees.
+  /// synchronize after allocating (none for pageable memory, which involves no
+  /// stream work). Derived classes may override for a faster path that keeps
+  /// the same guarantees.
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
   /// Identity; pool-backed resources compare equal when they share a pool.

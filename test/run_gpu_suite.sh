@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU verification in one call, for a machine with a GPU: the test
-# suite, the demo (expected output, sizes, bad arguments) and memcheck over
-# both. Run from the repository root on binaries built with CMake:
+# suite, the demo (expected output, sizes, bad arguments), memcheck over both,
+# and every area's checks in test/gpu_checks/. Run from the repository root on binaries built with CMake:
 #   test/run_gpu_suite.sh [build-dir]
 # Logs go to $OUT (or /tmp/cudapmr-gpu); the last lines are a summary.
 set -uo pipefail
@@ -62,6 +62,14 @@ verdict "memcheck demo" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-demo.log
   >"$out/memcheck-tests.log" 2>&1
 rc=$?
 verdict "memcheck tests" 0 $rc "$(grep -E 'ERROR SUMMARY' "$out/memcheck-tests.log" | tail -1)"
+
+# 5. Checks of other areas (extra programs, multi-process runs): each
+# test/gpu_checks/*.sh is sourced with $build and $out set and calls verdict.
+for check in test/gpu_checks/*.sh; do
+  [[ -e $check ]] || continue
+  # shellcheck source=/dev/null
+  source "$check"
+done
 
 echo
 echo "==== summary ===="

@@ -18,6 +18,8 @@ namespace {
 
 /// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
 constexpr std::size_t pool_alignment = 256;
+/// The largest block the pmr cache of host-accessible kinds keeps.
+constexpr std::size_t max_cached_block = std::size_t{256} << 20;
 
 int current_device_ordinal() { return device::current().ordinal(); }
 
@@ -117,12 +119,28 @@ pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handl
     : stream_ordered_resource(kind, device_id),
       pool_(std::move(pool)),
       name_(name),
-      bound_stream_(stream_device) {}
+      bound_stream_(stream_device),
+      ready_(cudapmr::is_host_accessible(kind) ? std::make_unique<detail::ready_block_cache>() : nullptr) {}
 
 pool_resource::~pool_resource() {
+  try {
+    release_cached();
+  } catch (...) {  // a destructor never throws
+  }
   // Stream-ordered frees queued on the bound stream must land before an owned
   // pool is destroyed; errors are ignored, as a destructor must not throw.
   static_cast<void>(cudaStreamSynchronize(bound_stream_.get()));
+}
+
+void pool_resource::release_cached() {
+  if (!ready_) return;
+  std::vector<detail::cached_block> blocks;
+  ready_->drain_into(blocks);
+  for (const detail::cached_block& block : blocks) deallocate_async(block.pointer, 0, bound_stream());
+}
+
+bool pool_resource::is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
+  return ready_ != nullptr && bytes != 0 && alignment <= pool_alignment && bytes <= max_cached_block;
 }
 
 void pool_resource::configure(std::size_t initial_size, std::size_t release_threshold) {
@@ -146,7 +164,11 @@ void pool_resource::reset_peaks() {
   set_pool_attribute(pool(), cudaMemPoolAttrUsedMemHigh, 0);
 }
 
-void pool_resource::trim_to(std::size_t bytes_to_keep) { CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep)); }
+void pool_resource::trim_to(std::size_t bytes_to_keep) {
+  release_cached();
+  bound_stream_.synchronize();  // the cached blocks' frees must land before the trim
+  CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
+}
 
 std::size_t pool_resource::release_threshold() const {
   return pool_attribute(pool(), cudaMemPoolAttrReleaseThreshold);
@@ -175,6 +197,17 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
 }
 
 void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  if (is_cacheable(bytes, alignment)) {
+    // Whole size classes, so that any block may later enter the pmr cache.
+    const std::size_t size_class = detail::size_class_of(bytes);
+    if (void* p = ready_->take(size_class)) return p;
+    try {
+      return allocate_from_pool(detail::size_class_bytes(size_class), alignment, stream);
+    } catch (const out_of_memory&) {
+      release_cached();  // the cache may hold what the pool lacks
+      return allocate_from_pool(detail::size_class_bytes(size_class), alignment, stream);
+    }
+  }
   if (alignment <= pool_alignment) return allocate_from_pool(bytes, alignment, stream);
 
   // Over-allocate and align up; rare, so a locked map is cheap enough.
@@ -205,6 +238,25 @@ void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::siz
     }
   }
   if (cudaFreeAsync(base, stream.get()) != cudaSuccess) static_cast<void>(cudaGetLastError());
+}
+
+void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_allocate(bytes, alignment);
+  detail::validate_alignment(alignment, bytes);
+  const std::size_t size_class = detail::size_class_of(bytes);
+  if (void* p = ready_->take(size_class)) return p;
+  try {
+    return stream_ordered_resource::do_allocate(detail::size_class_bytes(size_class), alignment);
+  } catch (const out_of_memory&) {
+    release_cached();  // the cache may hold what the pool lacks
+    return stream_ordered_resource::do_allocate(detail::size_class_bytes(size_class), alignment);
+  }
+}
+
+void pool_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  if (p == nullptr) return;
+  if (is_cacheable(bytes, alignment) && ready_->give(detail::size_class_of(bytes), p)) return;
+  stream_ordered_resource::do_deallocate(p, bytes, alignment);
 }
 
 bool pool_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {

@@ -3,12 +3,14 @@
 /// The one implementation behind the three CUDA memory kinds: a resource that
 /// draws from a CUDA memory pool with `cudaMallocFromPoolAsync`.
 
+#include "cudapmr/detail/block_cache.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -49,6 +51,13 @@ class pool_handle {
 
 /// A stream-ordered resource over one CUDA memory pool. Thread-safe.
 /// Two pool resources compare equal when they draw from the same pool.
+///
+/// Host-accessible kinds (pinned, managed) keep blocks freed through pmr
+/// `deallocate` in a small cache, by size class, so that the synchronous pmr
+/// path that std::pmr containers use costs no CUDA call once warm: as the
+/// pmr contract has it, memory given to `deallocate` is no longer in use, so
+/// it is ready for the host and for every stream at once. Such blocks count
+/// as used in `stats()` until `release_cached()` or `trim_to()`.
 class pool_resource : public stream_ordered_resource {
  public:
   /// Waits for the bound stream, then destroys an owned pool (CUDA defers the
@@ -64,9 +73,13 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] pool_stats stats() const;
   /// Resets `reserved_high` and `used_high` to the current values. \throws cuda_error.
   void reset_peaks();
-  /// Releases unused pool memory to the system until at most `bytes_to_keep`
-  /// bytes stay reserved. \throws cuda_error.
+  /// Releases the pmr cache, then unused pool memory to the system until at
+  /// most `bytes_to_keep` bytes stay reserved. \throws cuda_error.
   void trim_to(std::size_t bytes_to_keep);
+  /// Bytes held by the pmr cache of host-accessible kinds (0 for device memory).
+  [[nodiscard]] std::size_t cached_bytes() const { return ready_ ? ready_->bytes() : 0; }
+  /// Frees the pmr cache's blocks back to the pool. \throws cuda_error.
+  void release_cached();
   /// Reserved memory above this is released at the next synchronization.
   [[nodiscard]] std::size_t release_threshold() const;
   void set_release_threshold(std::size_t bytes);
@@ -86,13 +99,18 @@ class pool_resource : public stream_ordered_resource {
  private:
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) final;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept final;
+  void* do_allocate(std::size_t bytes, std::size_t alignment) final;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) final;
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
+  /// Whether a request may use the pmr cache (host-accessible kinds only).
+  [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
 
   detail::pool_handle pool_;
   const char* name_;
   stream bound_stream_;
+  std::unique_ptr<detail::ready_block_cache> ready_;
   /// Allocations aligned past what the pool guarantees are over-allocated;
   /// this maps each aligned pointer back to the pointer the pool gave.
   std::mutex over_aligned_mutex_;

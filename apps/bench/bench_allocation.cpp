@@ -1,0 +1,326 @@
+// Allocation benchmarks: every peer allocator and every cudapmr resource,
+// side by side in one run, at 256 B, 64 KiB, 1 MiB and on a random mix;
+// thread scaling; streams that allocate and launch kernels at once.
+//
+// Names: alloc/<memory kind>/<workload>/<entrant>; entrants named "peer:..."
+// are the field, "cudapmr:..." are ours (bench_main.cpp prints the ratios).
+#include "peer_allocators.hpp"
+
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/cudapmr.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <mutex>
+#include <memory>
+#include <memory_resource>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace bench {
+namespace {
+
+constexpr std::size_t kibibyte = 1024;
+constexpr std::size_t mebibyte = 1024 * kibibyte;
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) throw cudapmr::cuda_error(status, call);
+}
+
+// ---- the entrants -------------------------------------------------------------
+
+class cuda_malloc final : public allocator_under_test {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFree(p), "cudaFree"); }
+};
+
+class cuda_malloc_host final : public allocator_under_test {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t) override {
+    void* p = nullptr;
+    check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFreeHost(p), "cudaFreeHost"); }
+};
+
+class cuda_malloc_managed final : public allocator_under_test {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t) override {
+    void* p = nullptr;
+    check(cudaMallocManaged(&p, bytes), "cudaMallocManaged");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFree(p), "cudaFree"); }
+};
+
+/// cudaMallocAsync / cudaFreeAsync, or the same from a given pool.
+class cuda_pool final : public allocator_under_test {
+ public:
+  explicit cuda_pool(cudaMemPool_t pool) : pool_(pool) {
+    std::uint64_t keep_all = ~std::uint64_t{0};
+    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute");
+  }
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    void* p = nullptr;
+    check(cudaMallocFromPoolAsync(&p, bytes, pool_, stream), "cudaMallocFromPoolAsync");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t stream) override { check(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+
+ private:
+  cudaMemPool_t pool_;
+};
+
+/// The host reference: std::pmr's own pool over the heap.
+class pmr_unsynchronized_pool final : public allocator_under_test {
+ public:
+  void* allocate(std::size_t bytes, cudaStream_t) override { return pool_.allocate(bytes, 256); }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t) override { pool_.deallocate(p, bytes, 256); }
+
+ private:
+  std::pmr::unsynchronized_pool_resource pool_{std::pmr::pool_options{0, 4 * mebibyte}};
+};
+
+/// A cudapmr resource, through its stream-ordered path or its pmr path.
+class cudapmr_resource final : public allocator_under_test {
+ public:
+  cudapmr_resource(std::shared_ptr<cudapmr::stream_ordered_resource> resource, bool pmr_path,
+                   std::shared_ptr<cudapmr::stream_ordered_resource> upstream = nullptr)
+      : upstream_(std::move(upstream)), resource_(std::move(resource)), pmr_path_(pmr_path) {}
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    return pmr_path_ ? resource_->allocate(bytes) : resource_->allocate_async(bytes, stream);
+  }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t stream) override {
+    if (pmr_path_) resource_->deallocate(p, bytes);
+    else resource_->deallocate_async(p, bytes, stream);
+  }
+
+ private:
+  std::shared_ptr<cudapmr::stream_ordered_resource> upstream_;  // outlives resource_
+  std::shared_ptr<cudapmr::stream_ordered_resource> resource_;
+  bool pmr_path_;
+};
+
+cudaMemPool_t default_pool(cudaMemLocation location, cudaMemAllocationType type) {
+  cudaMemPool_t pool = nullptr;
+  check(cudaMemGetDefaultMemPool(&pool, &location, type), "cudaMemGetDefaultMemPool");
+  return pool;
+}
+
+struct entrant {
+  std::string kind;  // device, pinned, managed, host
+  std::string name;  // peer:... or cudapmr:...
+  bool slow;         // a call costs micro- to milliseconds: fewer mix operations
+  std::function<std::unique_ptr<allocator_under_test>()> make;
+};
+
+std::unique_ptr<allocator_under_test> ours(std::shared_ptr<cudapmr::stream_ordered_resource> resource, bool pmr_path) {
+  return std::make_unique<cudapmr_resource>(std::move(resource), pmr_path);
+}
+
+std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stream_ordered_resource> upstream,
+                                                   bool pmr_path) {
+  auto cache = std::make_shared<cudapmr::caching_resource>(*upstream);
+  return std::make_unique<cudapmr_resource>(std::move(cache), pmr_path, std::move(upstream));
+}
+
+std::vector<entrant> entrants() {
+  cudaMemLocation device0{cudaMemLocationTypeDevice, 0};
+  cudaMemLocation host{cudaMemLocationTypeHost, 0};
+  cudaMemLocation nowhere{cudaMemLocationTypeNone, 0};
+  auto device_pool = [] { return std::make_shared<cudapmr::device_memory_resource>(0); };
+  auto pinned_pool = [] { return std::make_shared<cudapmr::pinned_memory_resource>(); };
+  auto managed_pool = [] { return std::make_shared<cudapmr::managed_memory_resource>(); };
+  return {
+      {"device", "peer:cudaMalloc", true, [] { return std::make_unique<cuda_malloc>(); }},
+      {"device", "peer:cudaMallocAsync", false,
+       [=] { return std::make_unique<cuda_pool>(default_pool(device0, cudaMemAllocationTypePinned)); }},
+      {"device", "peer:cub::CachingDeviceAllocator", false, [] { return make_cub_caching_allocator(); }},
+      {"device", "cudapmr:device_memory_resource", false, [=] { return ours(device_pool(), false); }},
+      {"device", "cudapmr:caching_resource(device)", false, [=] { return ours_caching(device_pool(), false); }},
+      {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<cuda_malloc_host>(); }},
+      {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
+       [=] { return std::make_unique<cuda_pool>(default_pool(host, cudaMemAllocationTypePinned)); }},
+      {"pinned", "cudapmr:pinned_memory_resource(pmr)", false, [=] { return ours(pinned_pool(), true); }},
+      {"pinned", "cudapmr:pinned_memory_resource(async)", false, [=] { return ours(pinned_pool(), false); }},
+      {"pinned", "cudapmr:caching_resource(pinned)", false, [=] { return ours_caching(pinned_pool(), false); }},
+      {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<cuda_malloc_managed>(); }},
+      {"managed", "peer:managed pool (cudaMallocFromPoolAsync)", false,
+       [=] { return std::make_unique<cuda_pool>(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
+      {"managed", "cudapmr:managed_memory_resource(pmr)", false, [=] { return ours(managed_pool(), true); }},
+      {"managed", "cudapmr:managed_memory_resource(async)", false, [=] { return ours(managed_pool(), false); }},
+      {"managed", "cudapmr:caching_resource(managed)", false, [=] { return ours_caching(managed_pool(), false); }},
+      {"host", "peer:std::pmr::unsynchronized_pool_resource", false,
+       [] { return std::make_unique<pmr_unsynchronized_pool>(); }},
+  };
+}
+
+// ---- the workloads -------------------------------------------------------------
+
+cudaStream_t new_stream() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return stream;
+}
+
+/// One allocate + free of `bytes` per iteration, on one non-blocking stream.
+void pairs(benchmark::State& state, const entrant& who, std::size_t bytes) {
+  const cudaStream_t stream = new_stream();
+  {
+    const auto allocator = who.make();
+    for (int i = 0; i < 100; ++i) allocator->deallocate(allocator->allocate(bytes, stream), bytes, stream);
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    for (auto _ : state) {
+      void* p = allocator->allocate(bytes, stream);
+      benchmark::DoNotOptimize(p);
+      allocator->deallocate(p, bytes, stream);
+    }
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  state.SetItemsProcessed(state.iterations());
+}
+
+/// The random mix: up to 1,000 live allocations of 256 B .. 4 MiB (uniform,
+/// mt19937_64 seed 42), each step allocating or freeing a random live one
+/// with equal odds; the same script for every entrant.
+struct mix_step {
+  bool allocate;
+  std::size_t bytes;
+  std::size_t victim;  // taken modulo the live count
+};
+
+std::vector<mix_step> mix_script(std::size_t steps) {
+  std::mt19937_64 random(42);
+  std::uniform_int_distribution<std::size_t> size(256, 4 * mebibyte);
+  std::bernoulli_distribution coin(0.5);
+  std::vector<mix_step> script;
+  script.reserve(steps);
+  for (std::size_t i = 0; i < steps; ++i) script.push_back({coin(random), size(random), random()});
+  return script;
+}
+
+void mix(benchmark::State& state, const entrant& who) {
+  const std::size_t steps = who.slow ? 2000 : 100000;
+  const std::vector<mix_step> script = mix_script(steps);
+  const cudaStream_t stream = new_stream();
+  {
+    const auto allocator = who.make();
+    std::vector<std::pair<void*, std::size_t>> live;
+    live.reserve(1000);
+    auto free_all = [&] {
+      for (const auto& [p, bytes] : live) allocator->deallocate(p, bytes, stream);
+      live.clear();
+    };
+    for (auto _ : state) {
+      for (const mix_step& step : script) {
+        if ((step.allocate || live.empty()) && live.size() < 1000) {
+          live.emplace_back(allocator->allocate(step.bytes, stream), step.bytes);
+        } else {
+          const std::size_t index = step.victim % live.size();
+          allocator->deallocate(live[index].first, live[index].second, stream);
+          live[index] = live.back();
+          live.pop_back();
+        }
+      }
+      state.PauseTiming();
+      free_all();
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      state.ResumeTiming();
+    }
+  }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  state.SetItemsProcessed(state.iterations() * static_cast<benchmark::IterationCount>(script.size()));
+}
+
+/// Many threads, each on its own stream, 64 KiB pairs; one allocator shared.
+void threads(benchmark::State& state, const std::shared_ptr<allocator_under_test>& allocator) {
+  const cudaStream_t stream = new_stream();
+  constexpr std::size_t bytes = 64 * kibibyte;
+  for (auto _ : state) {
+    void* p = allocator->allocate(bytes, stream);
+    benchmark::DoNotOptimize(p);
+    allocator->deallocate(p, bytes, stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  state.SetItemsProcessed(state.iterations());
+}
+
+/// Each thread on its own stream allocates 1 MiB, launches a kernel over it
+/// and frees it: an allocator that synchronizes serialises the streams.
+void streams(benchmark::State& state, const std::shared_ptr<allocator_under_test>& allocator) {
+  const cudaStream_t stream = new_stream();
+  constexpr std::size_t bytes = mebibyte;
+  for (auto _ : state) {
+    void* p = allocator->allocate(bytes, stream);
+    touch(p, bytes, stream);
+    allocator->deallocate(p, bytes, stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  state.SetItemsProcessed(state.iterations());
+}
+
+const char* size_name(std::size_t bytes) {
+  return bytes == 256 ? "256B" : bytes == 64 * kibibyte ? "64KiB" : "1MiB";
+}
+
+}  // namespace
+
+void register_allocation_benchmarks() {
+  static const std::vector<entrant> all = entrants();  // must outlive the benchmark runs
+  for (const entrant& who : all) {
+    for (const std::size_t bytes : {std::size_t{256}, 64 * kibibyte, mebibyte}) {
+      benchmark::RegisterBenchmark(("alloc/" + who.kind + "/" + size_name(bytes) + "/" + who.name).c_str(),
+                                   [&who, bytes](benchmark::State& state) { pairs(state, who, bytes); })
+          ->MinTime(0.2)
+          ->UseRealTime();
+    }
+    benchmark::RegisterBenchmark(("alloc/" + who.kind + "/mix/" + who.name).c_str(),
+                                 [&who](benchmark::State& state) { mix(state, who); })
+        ->MinTime(0.2)
+        ->UseRealTime();
+  }
+  // Shared allocators for the multi-threaded cases, created on first use.
+  for (const entrant& who : all) {
+    if (who.kind != "device" || who.slow) continue;
+    auto shared = std::make_shared<std::shared_ptr<allocator_under_test>>();
+    auto get = [shared, &who] {
+      static std::mutex mutex;
+      const std::lock_guard lock(mutex);
+      if (!*shared) *shared = who.make();
+      return *shared;
+    };
+    benchmark::RegisterBenchmark(("alloc/device/threads/" + who.name).c_str(),
+                                 [get](benchmark::State& state) { threads(state, get()); })
+        ->ThreadRange(1, 16)
+        ->MinTime(0.2)
+        ->UseRealTime();
+  }
+  for (const entrant& who : all) {
+    if (who.kind != "device") continue;
+    auto shared = std::make_shared<std::shared_ptr<allocator_under_test>>();
+    auto get = [shared, &who] {
+      static std::mutex mutex;
+      const std::lock_guard lock(mutex);
+      if (!*shared) *shared = who.make();
+      return *shared;
+    };
+    benchmark::RegisterBenchmark(("alloc/device/streams/" + who.name).c_str(),
+                                 [get](benchmark::State& state) { streams(state, get()); })
+        ->Threads(8)
+        ->MinTime(0.2)
+        ->UseRealTime();
+  }
+}
+
+}  // namespace bench

@@ -1,0 +1,12 @@
+#pragma once
+// Waiting for every stream of the devices a resource's memory belongs to.
+
+#include "cudapmr/memory_kind.hpp"
+
+namespace cudapmr::detail {
+
+/// Waits until all work on `device_id` (every device where it is -1) has
+/// completed; nothing for pageable memory. \throws cuda_error.
+void synchronize_devices(memory_kind kind, int device_id);
+
+}  // namespace cudapmr::detail

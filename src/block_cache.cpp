@@ -91,47 +91,77 @@ std::size_t ready_block_cache::blocks() const {
 
 // ---- stream_block_cache ---------------------------------------------------------
 
+namespace {
+
+std::uint64_t next_cache_identity() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// The entry this thread used last, and whose it was.
+struct entry_memo {
+  std::uint64_t cache = 0;
+  stream_block_cache::stream_key key{};
+  stream_block_cache::entry* found = nullptr;
+};
+thread_local entry_memo last_entry;
+
+}  // namespace
+
+stream_block_cache::stream_block_cache() : identity_(next_cache_identity()) {}
+
 stream_block_cache::stream_key stream_block_cache::key_of(stream_ref stream) noexcept {
   const cudaStream_t handle = stream.get();
   return {handle, handle == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{}};
 }
 
-stream_block_cache::shard& stream_block_cache::shard_of(const stream_key& key) noexcept {
+stream_block_cache::entry* stream_block_cache::entry_of(stream_ref stream) noexcept {
+  const stream_key key = key_of(stream);
+  if (last_entry.cache == identity_ && last_entry.key == key) return last_entry.found;
+
   // Stream handles are pointers to aligned objects: drop the low bits, mix the rest.
   auto bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key.stream) >> 4);
   bits ^= static_cast<std::uint64_t>(std::hash<std::thread::id>{}(key.thread));
   bits *= 0x9e3779b97f4a7c15ull;
-  return shards_[static_cast<std::size_t>(bits >> 58)];  // the top 6 bits: 64 shards
+  shard& home = shards_[static_cast<std::size_t>(bits >> 58)];  // the top 6 bits: 64 shards
+  entry* found = nullptr;
+  {
+    const std::lock_guard lock(home.mutex);
+    for (const auto& each : home.entries)
+      if (each->key == key) found = each.get();
+    if (found == nullptr) {
+      try {
+        found = home.entries.emplace_back(std::make_unique<entry>(key)).get();
+      } catch (...) {
+        return nullptr;
+      }
+    }
+  }
+  last_entry = {identity_, key, found};
+  return found;
 }
 
 void* stream_block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
-  const stream_key key = key_of(stream);
-  shard& home = shard_of(key);
-  const std::lock_guard lock(home.mutex);
-  for (const auto& each : home.entries)
-    if (each->key == key) return each->lists.pop(size_class);
-  return nullptr;
+  entry* home = entry_of(stream);
+  if (home == nullptr) return nullptr;
+  const std::lock_guard lock(home->mutex);
+  return home->lists.pop(size_class);
 }
 
 bool stream_block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
-  const stream_key key = key_of(stream);
-  shard& home = shard_of(key);
-  const std::lock_guard lock(home.mutex);
-  for (const auto& each : home.entries)
-    if (each->key == key) return each->lists.push(size_class, pointer);
-  try {
-    home.entries.push_back(std::make_unique<entry>(entry{key, {}}));
-  } catch (...) {
-    return false;
-  }
-  return home.entries.back()->lists.push(size_class, pointer);
+  entry* home = entry_of(stream);
+  if (home == nullptr) return false;
+  const std::lock_guard lock(home->mutex);
+  return home->lists.push(size_class, pointer);
 }
 
 void stream_block_cache::drain_into(std::vector<cached_block>& out) {
   for (shard& each : shards_) {
     const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) stream_entry->lists.drain_into(out);
-    each.entries.clear();  // forget streams that may since have been destroyed
+    for (const auto& stream_entry : each.entries) {
+      const std::lock_guard entry_lock(stream_entry->mutex);
+      stream_entry->lists.drain_into(out);
+    }
   }
 }
 
@@ -139,7 +169,10 @@ std::size_t stream_block_cache::bytes() const {
   std::size_t total = 0;
   for (const shard& each : shards_) {
     const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) total += stream_entry->lists.bytes();
+    for (const auto& stream_entry : each.entries) {
+      const std::lock_guard entry_lock(stream_entry->mutex);
+      total += stream_entry->lists.bytes();
+    }
   }
   return total;
 }
@@ -148,7 +181,10 @@ std::size_t stream_block_cache::blocks() const {
   std::size_t total = 0;
   for (const shard& each : shards_) {
     const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) total += stream_entry->lists.blocks();
+    for (const auto& stream_entry : each.entries) {
+      const std::lock_guard entry_lock(stream_entry->mutex);
+      total += stream_entry->lists.blocks();
+    }
   }
   return total;
 }

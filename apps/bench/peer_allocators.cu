@@ -9,6 +9,9 @@ namespace {
 
 class cub_caching_allocator final : public allocator_under_test {
  public:
+  explicit cub_caching_allocator(bool tuned)
+      : allocator_(tuned ? 2u : 8u, tuned ? 8u : 3u, tuned ? 22u : 7u,
+                   tuned ? std::size_t{16} << 30 : std::size_t{3} * 2097152 - 1) {}
   void* allocate(std::size_t bytes, cudaStream_t stream) override {
     void* p = nullptr;
     if (allocator_.DeviceAllocate(&p, bytes, stream) != cudaSuccess) throw std::bad_alloc();
@@ -30,7 +33,9 @@ __global__ void touch_kernel(unsigned int* words, std::size_t count) {
 
 }  // namespace
 
-std::unique_ptr<allocator_under_test> make_cub_caching_allocator() { return std::make_unique<cub_caching_allocator>(); }
+std::unique_ptr<allocator_under_test> make_cub_caching_allocator(bool tuned) {
+  return std::make_unique<cub_caching_allocator>(tuned);
+}
 
 void touch(void* p, std::size_t bytes, cudaStream_t stream) {
   const std::size_t count = bytes / sizeof(unsigned int);

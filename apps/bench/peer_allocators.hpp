@@ -17,8 +17,10 @@ class allocator_under_test {
   virtual void deallocate(void* p, std::size_t bytes, cudaStream_t stream) = 0;
 };
 
-/// cub::CachingDeviceAllocator with its default bins.
-std::unique_ptr<allocator_under_test> make_cub_caching_allocator();
+/// cub::CachingDeviceAllocator with its defaults (bins 8^3 .. 8^7 bytes, at
+/// most 6 MB cached), or tuned for the benchmarks' sizes (power-of-two bins
+/// from 256 B to 4 MiB, 16 GiB cached).
+std::unique_ptr<allocator_under_test> make_cub_caching_allocator(bool tuned);
 
 /// Queues a kernel that writes `bytes` at `p` (device-accessible) on `stream`.
 void touch(void* p, std::size_t bytes, cudaStream_t stream);

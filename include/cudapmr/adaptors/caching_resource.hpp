@@ -42,9 +42,11 @@ struct cache_statistics {
 ///   exhaustion releases the cache and retries once.
 ///
 /// Thread-safe; caches are sharded by stream and by thread, with no global
-/// lock. `cudaStreamPerThread` is cached per thread. Streams may be destroyed
-/// while they have blocks cached: the blocks are freed on the upstream's
-/// bound stream at release.
+/// lock. `cudaStreamPerThread` is cached per thread. Blocks are kept by
+/// stream handle, and CUDA may hand a destroyed stream's handle to a new
+/// stream: synchronize a stream before destroying it if queued work may still
+/// use memory freed on it (or call `release()`). Blocks of destroyed streams
+/// are freed on the upstream's bound stream at release.
 class caching_resource final : public resource_adaptor {
  public:
   explicit caching_resource(stream_ordered_resource& upstream, caching_options options = {}) noexcept

@@ -66,16 +66,19 @@ class ready_block_cache {
 
 /// Blocks freed in stream order, kept per stream: later work on the same
 /// stream may reuse them with no CUDA call, since the stream orders it after
-/// every earlier use. Sharded by stream.
+/// every earlier use. Each stream has its own lock, so threads on different
+/// streams never wait for each other; a thread finds its stream's entry
+/// through a one-entry thread-local memo, without touching shared state.
+/// Entries live as long as the cache; release only empties them.
 class stream_block_cache {
  public:
+  stream_block_cache();
   [[nodiscard]] void* take(stream_ref stream, std::size_t size_class) noexcept;
   [[nodiscard]] bool give(stream_ref stream, std::size_t size_class, void* pointer) noexcept;
   void drain_into(std::vector<cached_block>& out);
   [[nodiscard]] std::size_t bytes() const;
   [[nodiscard]] std::size_t blocks() const;
 
- private:
   /// cudaStreamPerThread names a different stream in each thread, so the
   /// thread is part of its key.
   struct stream_key {
@@ -83,17 +86,25 @@ class stream_block_cache {
     std::thread::id thread;
     friend bool operator==(const stream_key&, const stream_key&) = default;
   };
-  struct entry {
-    stream_key key;
+  struct alignas(64) entry {
+    explicit entry(const stream_key& stream) : key(stream) {}
+    const stream_key key;
+    std::mutex mutex;
     free_lists lists;
   };
+
+ private:
   static constexpr std::size_t shard_count = 64;
   struct alignas(64) shard {
-    mutable std::mutex mutex;
-    std::vector<std::unique_ptr<entry>> entries;  // a stream or two per shard
+    mutable std::mutex mutex;  // guards `entries`, not the entries' lists
+    std::vector<std::unique_ptr<entry>> entries;
   };
   [[nodiscard]] static stream_key key_of(stream_ref stream) noexcept;
-  [[nodiscard]] shard& shard_of(const stream_key& key) noexcept;
+  /// The stream's entry, created on first use; null if that fails.
+  [[nodiscard]] entry* entry_of(stream_ref stream) noexcept;
+
+  /// Distinguishes this cache from any other, past or present, in the memo.
+  const std::uint64_t identity_;
   std::array<shard, shard_count> shards_;
 };
 

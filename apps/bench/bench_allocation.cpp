@@ -112,6 +112,14 @@ class cudapmr_resource final : public allocator_under_test {
 cudaMemPool_t default_pool(cudaMemLocation location, cudaMemAllocationType type) {
   cudaMemPool_t pool = nullptr;
   check(cudaMemGetDefaultMemPool(&pool, &location, type), "cudaMemGetDefaultMemPool");
+  if (location.type == cudaMemLocationTypeHost) {
+    // Pinned memory is only useful once kernels can reach it: the peer gets
+    // the same device access that cudapmr's pinned resource grants.
+    cudaMemAccessDesc access{};
+    access.location = {cudaMemLocationTypeDevice, 0};
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    check(cudaMemPoolSetAccess(pool, &access, 1), "cudaMemPoolSetAccess");
+  }
   return pool;
 }
 

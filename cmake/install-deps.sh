@@ -2,7 +2,10 @@
 # Installs the Debian packages cudapmr builds with, where they are missing.
 # The CUDA toolkit itself is expected at /usr/local/cuda.
 set -euo pipefail
-packages=(cmake g++ make libfmt-dev libgtest-dev libbenchmark-dev)
+# libdlpack-dev: DLPack's header; python3-numpy: the host check of the DLPack capsule;
+# clang-14 and libclang-rt-14-dev (libFuzzer, clang's sanitizers): the fuzzer CI runs (test/fuzz).
+packages=(cmake g++ make libfmt-dev libgtest-dev libbenchmark-dev libdlpack-dev python3-numpy
+          clang-14 libclang-rt-14-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

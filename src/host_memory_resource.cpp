@@ -1,5 +1,6 @@
 #include "cudapmr/host_memory_resource.hpp"
 
+#include "cudapmr/detail/byte_budget.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
@@ -15,11 +16,9 @@ std::string host_memory_resource::description() const {
 
 void* host_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
   // Reserve the bytes first so that concurrent callers never overshoot the capacity.
-  std::size_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (bytes > capacity_ - used)
-      throw out_of_memory(bytes, alignment, description(), fmt::format("{} of {} bytes in use", used, capacity_));
-  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  std::size_t used = 0;
+  if (!detail::try_reserve(used_, bytes, capacity_, used))
+    throw out_of_memory(bytes, alignment, description(), fmt::format("{} of {} bytes in use", used, capacity_));
   if (bytes == 0) return nullptr;
   void* p = ::operator new(bytes, std::align_val_t{alignment}, std::nothrow);
   if (p == nullptr) {

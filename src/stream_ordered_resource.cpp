@@ -20,6 +20,12 @@ void stream_ordered_resource::deallocate_async(void* p, std::size_t bytes, std::
 }
 
 void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
+  // libstdc++ declares pmr allocate never to return null (UBSan holds it to
+  // that): zero bytes get a non-null, aligned pointer that owns nothing.
+  if (bytes == 0) {
+    detail::validate_alignment(alignment, bytes);
+    return reinterpret_cast<void*>(alignment);
+  }
   const stream_ref stream = bound_stream();
   void* p = allocate_async(bytes, alignment, stream);
   if (kind() == memory_kind::pageable) return p;  // pageable memory involves no stream work
@@ -31,6 +37,7 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
 }
 
 void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0) return;  // the pointer of a zero-byte pmr allocate owns nothing
   deallocate_async(p, bytes, alignment, bound_stream());
 }
 

@@ -1,6 +1,7 @@
 // memory_resources: the C++ counterpart of cuda.core's memoryResources sample.
 // Runs scale_and_bias over device, pinned and managed memory and checks every element.
 #include "scale_and_bias.hpp"
+#include "usage_report.hpp"
 
 #include <cudapmr/cudapmr.hpp>
 
@@ -21,13 +22,15 @@ constexpr int exit_passed = 0;
 constexpr int exit_check_failed = 1;
 constexpr int exit_unusable = 2;
 
-constexpr std::string_view usage = R"(usage: memory_resources [--elements N] [--device D] [--help]
+constexpr std::string_view usage = R"(usage: memory_resources [--elements N] [--device D] [--report] [--help]
 
 Runs scale_and_bias over buffers from cudapmr's device, pinned and managed
 memory resources and checks every result on the host.
 
   --elements N  number of floats per buffer (default 65536, at least 1)
   --device D    CUDA device ordinal (default 0)
+  --report      after the sections, print each resource's peak and current
+                usage and its pool's reserve
   --help        print this text
 
 Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments or no usable device.
@@ -36,6 +39,7 @@ Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments or no u
 struct options {
   std::size_t elements = 65536;
   int device = 0;
+  bool report = false;
 };
 
 /// Arguments that cannot be used; the message is printed as is.
@@ -65,6 +69,10 @@ std::optional<options> parse_arguments(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "--help" || flag == "-h") return std::nullopt;
+    if (flag == "--report") {
+      parsed.report = true;
+      continue;
+    }
     if (flag != "--elements" && flag != "--device") throw usage_error(fmt::format("unknown argument {}", flag));
     if (i + 1 >= argc) throw usage_error(fmt::format("{} needs a value", flag));
     const std::string_view value = argv[++i];
@@ -104,16 +112,17 @@ void require_free_device_memory(const cudapmr::device& gpu, std::size_t bytes, s
 }
 
 // [1] Pinned staging in, kernel on device memory, pinned staging out.
-void device_with_pinned_staging(const cudapmr::device& gpu, std::size_t elements) {
+void device_with_pinned_staging(const cudapmr::device& gpu, std::size_t elements, demo::usage_report& report) {
   fmt::print("[1] DeviceMemoryResource + PinnedMemoryResource (staging)\n");
   const cudapmr::stream stream(gpu.ordinal());
   cudapmr::pinned_memory_resource pinned;
-  cudapmr::device_memory_resource& device_memory = cudapmr::default_device_resource(gpu.ordinal());
+  demo::usage_report::watch pinned_usage(report, "[1] pinned staging (default pool)", pinned);
 
-  // Device memory first: a request larger than the GPU fails there at once.
-  cudapmr::buffer<float> on_device(device_memory, elements, stream);
-  cudapmr::buffer<float> staging_in(pinned, elements, stream);
-  cudapmr::buffer<float> staging_out(pinned, elements, stream);
+  // Device memory first, from the current device resource (the default pool):
+  // a request larger than the GPU fails there at once.
+  cudapmr::buffer<float> on_device(elements, stream);
+  cudapmr::buffer<float> staging_in(pinned_usage.resource(), elements, stream);
+  cudapmr::buffer<float> staging_out(pinned_usage.resource(), elements, stream);
   stream.synchronize();  // the pinned memory is now ready for the host
   fill_input(staging_in.span());
 
@@ -126,24 +135,30 @@ void device_with_pinned_staging(const cudapmr::device& gpu, std::size_t elements
 }
 
 // [2] Managed memory written and read by the host, with no explicit copy.
-void managed_memory(const cudapmr::device& gpu, std::size_t elements) {
+void managed_memory(const cudapmr::device& gpu, std::size_t elements, demo::usage_report& report) {
   fmt::print("[2] ManagedMemoryResource (unified memory)\n");
   const cudapmr::stream stream(gpu.ordinal());
   cudapmr::managed_memory_resource managed;
   require_free_device_memory(gpu, cudapmr::detail::checked_byte_count(elements, sizeof(float)),
                              managed.description());
 
-  cudapmr::buffer<float> unified(managed, elements, stream);
+  demo::usage_report::watch managed_usage(report, "[2] managed (default pool)", managed);
+  cudapmr::buffer<float> unified(managed_usage.resource(), elements, stream);
   stream.synchronize();
   fill_input(unified.span());
+  // Pages move in one prefetch each way, not one fault at a time (where the
+  // device can prefetch: concurrent managed access).
+  const bool prefetch = gpu.attribute(cudaDevAttrConcurrentManagedAccess) != 0;
+  if (prefetch) unified.prefetch_to_device(gpu.ordinal(), stream);
   demo::scale_and_bias(unified.data(), unified.size(), 0.5f, 10.0f, stream);
+  if (prefetch) unified.prefetch_to_host(stream);
   stream.synchronize();
   verify("[2]", unified.span(), 0.5f, 10.0f);
   fmt::print("  GPU writes observed directly through the host-visible mapping\n\n");
 }
 
 // [3] A device pool the program creates and owns.
-void explicit_device_pool(const cudapmr::device& gpu, std::size_t elements) {
+void explicit_device_pool(const cudapmr::device& gpu, std::size_t elements, demo::usage_report& report) {
   fmt::print("[3] Explicit DeviceMemoryResource\n");
   const cudapmr::stream stream(gpu.ordinal());
   const std::size_t bytes = cudapmr::detail::checked_byte_count(elements, sizeof(float));
@@ -151,7 +166,8 @@ void explicit_device_pool(const cudapmr::device& gpu, std::size_t elements) {
 
   std::vector<float> host(elements);
   fill_input(host);
-  cudapmr::buffer<float> on_device(owned_pool, elements, stream);
+  demo::usage_report::watch owned_usage(report, "[3] device (owned pool)", owned_pool);
+  cudapmr::buffer<float> on_device(owned_usage.resource(), elements, stream);
   on_device.copy_from(std::span<const float>(host), stream);
   demo::scale_and_bias(on_device.data(), on_device.size(), 1.0f, 100.0f, stream);
   on_device.copy_to(std::span<float>(host), stream);
@@ -168,10 +184,19 @@ int run(const options& chosen) {
   const auto [major, minor] = gpu.compute_capability();
   fmt::print("Device: {}\nCompute Capability: {}.{}\n\n", gpu.name(), major, minor);
 
-  device_with_pinned_staging(gpu, chosen.elements);
-  managed_memory(gpu, chosen.elements);
-  explicit_device_pool(gpu, chosen.elements);
+  demo::usage_report report;
+  {
+    // Buffers that name no resource draw from the current device resource:
+    // here the default pool, counted for the report.
+    demo::usage_report::watch device_usage(report, fmt::format("[1] device (default pool, device {})", gpu.ordinal()),
+                                           cudapmr::default_device_resource(gpu.ordinal()));
+    const cudapmr::scoped_current_device_resource current(gpu.ordinal(), device_usage.resource());
+    device_with_pinned_staging(gpu, chosen.elements, report);
+    managed_memory(gpu, chosen.elements, report);
+    explicit_device_pool(gpu, chosen.elements, report);
+  }
   fmt::print("All memory resource demos passed.\n");
+  if (chosen.report) report.print();
   return exit_passed;
 }
 

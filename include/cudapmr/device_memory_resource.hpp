@@ -28,6 +28,19 @@ class device_memory_resource final : public pool_resource {
   explicit device_memory_resource(int device);
   /// Creates and owns a new pool on `device`.
   device_memory_resource(int device, const device_pool_options& options);
+
+  /// Lets kernels and copies on `device` read and write all of this pool's
+  /// memory, allocated before or after (cudaMemPoolSetAccess). The pool's own
+  /// device always has access; over a default pool this changes the pool for
+  /// all its users. Synchronous. \throws std::invalid_argument for a bad
+  /// ordinal; cuda_error (cudaErrorPeerAccessUnsupported) where `device` cannot reach this device.
+  void enable_access_from(int device);
+  /// Withdraws `device`'s access; its work on this memory must be complete.
+  /// \throws std::invalid_argument for a bad ordinal or the pool's own device; cuda_error.
+  void disable_access_from(int device);
+  /// Whether `device` can read and write this pool's memory.
+  /// \throws std::invalid_argument for a bad ordinal; cuda_error.
+  [[nodiscard]] bool is_accessible_from(int device) const;
 };
 
 /// The per-device default resource over the device's default pool, like

@@ -2,6 +2,7 @@
 /// \file managed_memory_resource.hpp
 /// Unified (managed) memory, migrated between host and devices on demand.
 
+#include "cudapmr/managed_hints.hpp"
 #include "cudapmr/pool_resource.hpp"
 
 #include <cstddef>
@@ -27,6 +28,19 @@ class managed_memory_resource final : public pool_resource {
   managed_memory_resource();
   /// Creates and owns a new managed pool.
   explicit managed_memory_resource(const managed_pool_options& options);
+
+  /// Migrates the managed range [p, p + bytes) to `device`'s memory in stream
+  /// order on `stream`, so that kernels there do not fault on it.
+  /// \throws std::invalid_argument if the range is not managed memory or
+  ///   `device` is out of range; cuda_error otherwise.
+  void prefetch_to_device(const void* p, std::size_t bytes, int device, stream_ref stream) const;
+  /// Migrates the managed range [p, p + bytes) to host memory in stream order
+  /// on `stream`; synchronize before the host reads it. \throws as prefetch_to_device.
+  void prefetch_to_host(const void* p, std::size_t bytes, stream_ref stream) const;
+  /// Gives `advice` about the managed range [p, p + bytes) for `location`
+  /// (ignored by the read-mostly advice); takes effect at once, in no stream
+  /// order. \throws as prefetch_to_device.
+  void advise(const void* p, std::size_t bytes, managed_advice advice, memory_location location) const;
 };
 
 }  // namespace cudapmr

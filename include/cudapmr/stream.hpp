@@ -20,7 +20,9 @@ class stream {
   /// A new stream on `device`; the caller's current device is left unchanged.
   /// \throws std::invalid_argument for an ordinal out of range, cuda_error otherwise.
   explicit stream(int device);
-  /// Destroys the stream; work already queued on it still completes.
+  /// Waits for the work queued on the stream, then destroys it; a buffer
+  /// still holding it as its stream is then freed on its resource's bound
+  /// stream (README, Reliability). Never throws.
   ~stream();
 
   stream(stream&& other) noexcept;

@@ -3,6 +3,7 @@
 /// The base of every cudapmr resource: a `std::pmr::memory_resource` with a
 /// stream-ordered extension.
 
+#include "cudapmr/detail/lifetime.hpp"
 #include "cudapmr/memory_kind.hpp"
 #include "cudapmr/stream.hpp"
 
@@ -31,7 +32,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
  public:
   stream_ordered_resource(const stream_ordered_resource&) = delete;
   stream_ordered_resource& operator=(const stream_ordered_resource&) = delete;
-  ~stream_ordered_resource() override = default;
+  /// Marks the resource gone, so that a buffer closed later leaks its memory
+  /// with a message instead of calling into this object (README, Reliability).
+  ~stream_ordered_resource() override { detail::retire_resource(identity_); }
 
   /// Allocates `bytes` in stream order on `stream`: the memory may be used by
   /// work queued on `stream` after this call.
@@ -59,6 +62,8 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   [[nodiscard]] bool is_host_accessible() const noexcept { return cudapmr::is_host_accessible(kind_); }
   /// The device the memory belongs to; -1 where it belongs to no one device.
   [[nodiscard]] int device_id() const noexcept { return device_id_; }
+  /// This resource among all the process has had, for lifetime checks.
+  [[nodiscard]] detail::resource_identity identity() const noexcept { return identity_; }
 
   /// The stream the synchronous pmr `allocate`/`deallocate` are ordered on.
   [[nodiscard]] virtual stream_ref bound_stream() const noexcept = 0;
@@ -66,11 +71,13 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   [[nodiscard]] virtual std::string description() const = 0;
 
  protected:
-  stream_ordered_resource(memory_kind kind, int device_id) noexcept : kind_(kind), device_id_(device_id) {}
+  stream_ordered_resource(memory_kind kind, int device_id) noexcept
+      : kind_(kind), device_id_(device_id), identity_(detail::register_resource()) {}
 
   /// The pmr entry points: stream-ordered calls on `bound_stream()`, plus a
   /// synchronize after allocating (none for pageable memory, which involves no
-  /// stream work). Derived classes may override for a faster path that keeps
+  /// stream work). Zero bytes give a non-null pointer that owns nothing, as
+  /// libstdc++ declares pmr allocate never null; deallocate of zero bytes does nothing. Derived classes may override for a faster path that keeps
   /// the same guarantees.
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
@@ -87,6 +94,7 @@ class stream_ordered_resource : public std::pmr::memory_resource {
 
   memory_kind kind_;
   int device_id_;
+  detail::resource_identity identity_;
 };
 
 namespace detail {

@@ -26,6 +26,10 @@ void add_to_each(std::uint32_t* data, std::size_t count, std::uint32_t increment
 /// Counts, on the GPU, the words that differ from `seed + i`; synchronizes `stream`.
 std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
                                       stream_ref stream);
+/// As above, counting in `counter`, one device-accessible word the caller owns,
+/// for when no memory can be allocated (a full GPU).
+std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
+                                      stream_ref stream, unsigned long long* counter);
 
 }  // namespace cudapmr::test
 
@@ -34,4 +38,12 @@ std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t cou
   do {                                                                     \
     if (!::cudapmr::test::gpu_available())                                 \
       GTEST_SKIP() << "no CUDA device was found: this test needs a GPU";   \
+  } while (false)
+
+/// Skips the current test, visibly, where fewer than `minimum` CUDA devices exist.
+#define CUDAPMR_REQUIRE_GPUS(minimum)                                                            \
+  do {                                                                                           \
+    if (::cudapmr::device::count() < (minimum))                                                  \
+      GTEST_SKIP() << "this test needs " << (minimum) << " GPUs; " << ::cudapmr::device::count() \
+                   << " found";                                                                  \
   } while (false)

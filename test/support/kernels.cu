@@ -47,12 +47,24 @@ std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t cou
                                       stream_ref stream) {
   unsigned long long* mismatches = nullptr;
   CUDAPMR_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&mismatches), sizeof(*mismatches), stream.get()));
-  CUDAPMR_CHECK(cudaMemsetAsync(mismatches, 0, sizeof(*mismatches), stream.get()));
-  count_mismatches_kernel<<<grid_for(count), block, 0, stream.get()>>>(data, count, seed, mismatches);
+  std::size_t result = 0;
+  try {
+    result = count_sequence_mismatches(data, count, seed, stream, mismatches);
+  } catch (...) {
+    static_cast<void>(cudaFreeAsync(mismatches, stream.get()));
+    throw;
+  }
+  CUDAPMR_CHECK(cudaFreeAsync(mismatches, stream.get()));
+  return result;
+}
+
+std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
+                                      stream_ref stream, unsigned long long* counter) {
+  CUDAPMR_CHECK(cudaMemsetAsync(counter, 0, sizeof(*counter), stream.get()));
+  count_mismatches_kernel<<<grid_for(count), block, 0, stream.get()>>>(data, count, seed, counter);
   CUDAPMR_CHECK(cudaGetLastError());
   unsigned long long result = 0;
-  CUDAPMR_CHECK(cudaMemcpyAsync(&result, mismatches, sizeof(result), cudaMemcpyDeviceToHost, stream.get()));
-  CUDAPMR_CHECK(cudaFreeAsync(mismatches, stream.get()));
+  CUDAPMR_CHECK(cudaMemcpyAsync(&result, counter, sizeof(result), cudaMemcpyDefault, stream.get()));
   CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
   return static_cast<std::size_t>(result);
 }

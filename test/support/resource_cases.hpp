@@ -3,6 +3,7 @@
 // suites show the case type in every test name.
 
 #include "support/gpu.hpp"
+#include "support/nccl_case.hpp"  // the nccl case, where the build found NCCL
 
 #include <cudapmr/cudapmr.hpp>
 
@@ -12,6 +13,9 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <ostream>
+#include <sstream>
+#include <utility>
 #include <vector>
 
 namespace cudapmr::test {
@@ -76,13 +80,97 @@ struct managed_owned_case {
   }
 };
 
-using all_resource_cases = ::testing::Types<host_case, device_default_case, device_owned_case, pinned_default_case,
-                                            pinned_owned_case, managed_default_case, managed_owned_case>;
+// ---- adaptors: each runs the whole contract over an upstream case ----------
+
+/// How each adaptor is made for the contract; `log` is a scratch sink for the logging adaptor.
+struct statistics_maker {
+  static statistics_adaptor make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return statistics_adaptor(upstream);
+  }
+};
+struct tracking_maker {
+  // The contract frees correctly: any misuse report is a failure.
+  static tracking_adaptor make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return tracking_adaptor(upstream, {.capture_call_stacks = true,
+                                       .on_misuse = [](const misuse_report& misuse) { ADD_FAILURE() << misuse.message; }});
+  }
+};
+struct limiting_maker {
+  static constexpr std::size_t cap = 128 * mebibyte;  // above what the contract holds at once
+  static limiting_adaptor make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return limiting_adaptor(upstream, cap);
+  }
+};
+struct logging_maker {
+  static logging_adaptor make(stream_ordered_resource& upstream, std::ostream& log) {
+    return logging_adaptor(upstream, log);
+  }
+};
+struct failure_callback_maker {
+  // One retry, then the refusal goes through.
+  static failure_callback_adaptor make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return failure_callback_adaptor(upstream, [](const allocation_failure& failure) { return failure.attempt < 2; });
+  }
+};
+
+/// Owns an upstream resource and the adaptor over it.
+template <class Upstream, class Maker>
+struct adaptor_holder {
+  std::unique_ptr<stream_ordered_resource> upstream = Upstream::make();
+  std::ostringstream log;
+  decltype(Maker::make(std::declval<stream_ordered_resource&>(), std::declval<std::ostream&>())) adaptor =
+      Maker::make(*upstream, log);
+};
+
+/// An adaptor over `Upstream`'s resource. The fixture's pointer is the adaptor
+/// itself, sharing ownership of the holder that keeps its upstream alive.
+template <class Upstream, class Maker>
+struct adaptor_case {
+  static constexpr bool needs_gpu = Upstream::needs_gpu;
+  static std::shared_ptr<stream_ordered_resource> make() {
+    auto holder = std::make_shared<adaptor_holder<Upstream, Maker>>();
+    return {holder, &holder->adaptor};
+  }
+  static std::size_t exhausting_request() { return Upstream::exhausting_request(); }
+};
+
+/// The resource at the bottom of a stack of adaptors: the one whose refusal
+/// adaptors pass on, and whose description ends each adaptor's description.
+inline const stream_ordered_resource& innermost_resource(const stream_ordered_resource& resource) {
+  const auto* adaptor = dynamic_cast<const resource_adaptor*>(&resource);
+  return adaptor != nullptr ? innermost_resource(adaptor->upstream_resource()) : resource;
+}
+
+template <class Upstream>
+using each_adaptor_over = ::testing::Types<
+    adaptor_case<Upstream, statistics_maker>, adaptor_case<Upstream, tracking_maker>,
+    adaptor_case<Upstream, limiting_maker>, adaptor_case<Upstream, logging_maker>,
+    adaptor_case<Upstream, failure_callback_maker>>;
+
+/// Joins ::testing::Types lists.
+template <class... Lists>
+struct join_types;
+template <class... Types>
+struct join_types<::testing::Types<Types...>> {
+  using type = ::testing::Types<Types...>;
+};
+template <class... First, class... Second, class... Rest>
+struct join_types<::testing::Types<First...>, ::testing::Types<Second...>, Rest...>
+    : join_types<::testing::Types<First..., Second...>, Rest...> {};
+
+using all_resource_cases = with_nccl_case<join_types<
+    ::testing::Types<host_case, device_default_case, device_owned_case, pinned_default_case, pinned_owned_case,
+                     managed_default_case, managed_owned_case>,
+    each_adaptor_over<host_case>, each_adaptor_over<device_owned_case>, each_adaptor_over<pinned_owned_case>,
+    each_adaptor_over<managed_owned_case>>::type>;
 
 /// The cases the contract may exhaust. Managed memory is left out on purpose:
 /// oversubscribing it can stall the whole GPU.
-using exhaustible_resource_cases =
-    ::testing::Types<host_case, device_default_case, device_owned_case, pinned_default_case, pinned_owned_case>;
+using exhaustible_resource_cases = with_nccl_case<
+    join_types<::testing::Types<host_case, device_default_case, device_owned_case, pinned_default_case,
+                                pinned_owned_case>,
+               each_adaptor_over<host_case>, each_adaptor_over<device_owned_case>,
+               each_adaptor_over<pinned_owned_case>>::type>;
 
 /// A fixture that makes the case's resource and a stream to use it on; it
 /// skips, visibly, where the case needs a GPU and none exists.
@@ -121,7 +209,7 @@ class resource_fixture : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<stream_ordered_resource> resource_;
+  std::shared_ptr<stream_ordered_resource> resource_;  // shared: an adaptor case shares its holder
   std::optional<cudapmr::stream> stream_;
 };
 

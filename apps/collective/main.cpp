@@ -1,0 +1,264 @@
+// collective: an all-reduce (sum) over NCCL on every visible GPU, with buffers
+// drawn from cudapmr's per-device resources, checked against exact values and
+// reported the way nccl-tests' all_reduce_perf reports.
+//
+// Exit status: 0 every value correct; 1 a wrong value; 2 unusable arguments,
+// no usable device, or a CUDA or NCCL failure, with a one-line reason.
+#include "all_reduce.hpp"
+#include "launcher.hpp"
+
+#include <cudapmr/device.hpp>
+#include <cudapmr/error.hpp>
+#include <cudapmr/nccl_communicator.hpp>
+#include <cudapmr/nccl_error.hpp>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <exception>
+#include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr const char* usage = R"(usage: collective [--mode one-process|process-per-gpu] [--gpus N] [OPTIONS]
+       collective --rank R --ranks N [--device D] [OPTIONS]
+
+An all-reduce (sum) of floats over NCCL on every visible GPU (or the first N),
+checked against exact expected values, timed per size the way nccl-tests does
+(algbw = bytes / time, busbw = algbw * 2(n-1)/n).
+
+  --mode one-process       one process drives every GPU (ncclCommInitAll); the default
+  --mode process-per-gpu   one process per GPU; rank 0's NCCL unique id reaches the
+                           others over a Unix socket in a private directory
+  --rank R --ranks N       run as rank R of a job of N ranks started elsewhere (one per
+                           GPU, on any number of nodes); every rank needs
+                           NCCL_COMM_ID=host:port, the address where rank 0 listens
+  --device D               the GPU of this rank (default: R modulo the visible GPUs)
+OPTIONS
+  --min-bytes B            smallest size (default 1M; suffixes K, M, G are powers of 1024)
+  --max-bytes B            largest size (default 1G); sizes double from the smallest
+  --iterations N           timed all-reduces per size (default 20)
+  --warmup N               untimed all-reduces before them (default 5)
+  --resource nccl|device   buffers from nccl_memory_resource (default) or the device's default pool
+  --no-register            do not register the buffers with the communicator
+
+Exit status: 0 every value correct; 1 a wrong value; 2 unusable arguments or a failure.
+)";
+
+enum class mode_kind { one_process, process_per_gpu, rank };
+
+struct options {
+  mode_kind mode = mode_kind::one_process;
+  std::optional<int> gpus;
+  collective::run_settings settings;
+  int rank = -1;
+  int ranks = 0;
+  std::optional<int> device;
+  std::string launcher_socket;  // set by the process-per-gpu launcher for its ranks
+  bool help = false;
+};
+
+/// An argument the program cannot use: exit status 2 with this message.
+class usage_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+long long parse_integer(std::string_view option, const std::string& text, long long low, long long high) {
+  std::size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || value < low || value > high)
+    throw usage_error(fmt::format("{} takes an integer from {} to {}, not '{}'", option, low, high, text));
+  return value;
+}
+
+std::size_t parse_bytes(std::string_view option, const std::string& text) {
+  std::string digits = text;
+  std::size_t unit = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': unit = std::size_t{1} << 10; break;
+      case 'M': case 'm': unit = std::size_t{1} << 20; break;
+      case 'G': case 'g': unit = std::size_t{1} << 30; break;
+      default: break;
+    }
+    if (unit != 1) digits.pop_back();
+  }
+  constexpr long long most = 1LL << 40;
+  const auto value = static_cast<std::size_t>(parse_integer(option, digits, 1, most / static_cast<long long>(unit))) * unit;
+  if (value % sizeof(float) != 0)
+    throw usage_error(fmt::format("{} {} is not a whole number of floats (4 bytes each)", option, text));
+  return value;
+}
+
+options parse(const std::vector<std::string>& arguments) {
+  options parsed;
+  bool mode_given = false;
+  for (std::size_t i = 0; i < arguments.size(); ++i) {
+    const std::string& option = arguments[i];
+    if (option == "--help" || option == "-h") {
+      parsed.help = true;
+      continue;
+    }
+    if (option == "--no-register") {
+      parsed.settings.register_buffers = false;
+      continue;
+    }
+    if (i + 1 >= arguments.size()) throw usage_error(fmt::format("unknown option or missing value: {}", option));
+    const std::string& value = arguments[++i];
+    if (option == "--mode") {
+      if (value == "one-process") parsed.mode = mode_kind::one_process;
+      else if (value == "process-per-gpu") parsed.mode = mode_kind::process_per_gpu;
+      else throw usage_error(fmt::format("--mode takes one-process or process-per-gpu, not '{}'", value));
+      mode_given = true;
+    } else if (option == "--gpus") {
+      parsed.gpus = static_cast<int>(parse_integer(option, value, 1, 1 << 16));
+    } else if (option == "--min-bytes") {
+      parsed.settings.min_bytes = parse_bytes(option, value);
+    } else if (option == "--max-bytes") {
+      parsed.settings.max_bytes = parse_bytes(option, value);
+    } else if (option == "--iterations") {
+      parsed.settings.iterations = static_cast<int>(parse_integer(option, value, 1, 1 << 20));
+    } else if (option == "--warmup") {
+      parsed.settings.warmup = static_cast<int>(parse_integer(option, value, 0, 1 << 20));
+    } else if (option == "--resource") {
+      if (value == "nccl") parsed.settings.source = collective::buffer_source::nccl;
+      else if (value == "device") parsed.settings.source = collective::buffer_source::device;
+      else throw usage_error(fmt::format("--resource takes nccl or device, not '{}'", value));
+    } else if (option == "--rank") {
+      parsed.rank = static_cast<int>(parse_integer(option, value, 0, 1 << 20));
+    } else if (option == "--ranks") {
+      parsed.ranks = static_cast<int>(parse_integer(option, value, 1, 1 << 20));
+    } else if (option == "--device") {
+      parsed.device = static_cast<int>(parse_integer(option, value, 0, 1 << 16));
+    } else if (option == "--launcher-socket") {
+      parsed.launcher_socket = value;
+    } else {
+      throw usage_error(fmt::format("unknown option: {}", option));
+    }
+  }
+  if (parsed.settings.min_bytes > parsed.settings.max_bytes)
+    throw usage_error(fmt::format("--min-bytes {} exceeds --max-bytes {}", parsed.settings.min_bytes,
+                                  parsed.settings.max_bytes));
+  const bool rank_given = parsed.rank >= 0 || parsed.ranks > 0;
+  if (rank_given) {
+    if (parsed.rank < 0 || parsed.ranks == 0) throw usage_error("--rank and --ranks go together");
+    if (parsed.rank >= parsed.ranks)
+      throw usage_error(fmt::format("--rank {} is out of range for --ranks {}", parsed.rank, parsed.ranks));
+    if (mode_given || parsed.gpus) throw usage_error("--rank runs one rank; --mode and --gpus do not apply");
+    parsed.mode = mode_kind::rank;
+  } else if (parsed.device || !parsed.launcher_socket.empty()) {
+    throw usage_error("--device and --launcher-socket go with --rank");
+  }
+  return parsed;
+}
+
+/// The number of visible GPUs. \throws cuda_error ("no CUDA device was found") where there is none.
+int visible_gpus() {
+  static_cast<void>(cudapmr::device::current());
+  return cudapmr::device::count();
+}
+
+/// The GPUs a one-node run uses: all visible ones, or the first --gpus.
+int gpus_to_use(const options& chosen) {
+  const int visible = visible_gpus();
+  if (chosen.gpus && *chosen.gpus > visible)
+    throw usage_error(fmt::format("--gpus {}: only {} GPU(s) are visible", *chosen.gpus, visible));
+  return chosen.gpus.value_or(visible);
+}
+
+/// The settings, as arguments for the ranks the launcher starts.
+std::vector<std::string> settings_arguments(const collective::run_settings& settings) {
+  std::vector<std::string> arguments = {
+      "--min-bytes",  std::to_string(settings.min_bytes), "--max-bytes", std::to_string(settings.max_bytes),
+      "--iterations", std::to_string(settings.iterations), "--warmup",   std::to_string(settings.warmup),
+      "--resource",   settings.source == collective::buffer_source::nccl ? "nccl" : "device"};
+  if (!settings.register_buffers) arguments.emplace_back("--no-register");
+  return arguments;
+}
+
+void print_preamble(const char* layout, int ranks, const collective::run_settings& settings, bool registered) {
+  int version = 0;
+  cudapmr::check_nccl(ncclGetVersion(&version), "ncclGetVersion");
+  fmt::print("# collective: all-reduce (sum) of float, {} rank(s), {}\n", ranks, layout);
+  fmt::print("# NCCL {}.{}.{}; buffers from {}{}; sizes {} to {} bytes, {} warmup + {} timed iterations each\n",
+             version / 10000, version / 100 % 100, version % 100,
+             settings.source == collective::buffer_source::nccl ? "nccl_memory_resource" : "default_device_resource",
+             registered ? ", registered with the communicator" : "", settings.min_bytes, settings.max_bytes,
+             settings.warmup, settings.iterations);
+  std::fflush(stdout);
+}
+
+int finish(const std::vector<collective::size_result>& results, int ranks, bool report) {
+  if (report) collective::print_report(stdout, results, ranks);
+  return collective::all_correct(results) ? 0 : 1;
+}
+
+int run_one_process(const options& chosen) {
+  const int gpus = gpus_to_use(chosen);
+  std::vector<int> devices(static_cast<std::size_t>(gpus));
+  std::iota(devices.begin(), devices.end(), 0);
+  std::vector<collective::rank_context> ranks;
+  for (cudapmr::nccl_communicator& communicator : cudapmr::nccl_communicator::create_all(devices))
+    ranks.emplace_back(std::move(communicator), chosen.settings);
+  print_preamble("one process driving every GPU", gpus, chosen.settings, ranks.front().buffers_registered());
+  for (const collective::rank_context& rank : ranks) fmt::print("{}\n", collective::describe_rank(rank));
+  return finish(collective::run_all_reduce(ranks, chosen.settings), gpus, true);
+}
+
+int run_rank(const options& chosen) {
+  const bool launched = !chosen.launcher_socket.empty();
+  if (!launched && chosen.ranks > 1 && std::getenv("NCCL_COMM_ID") == nullptr)
+    throw usage_error("--ranks above 1 without a launcher needs NCCL_COMM_ID=host:port (where rank 0 listens) on "
+                      "every rank");
+  const int device = chosen.device.value_or(chosen.rank % visible_gpus());
+  // With NCCL_COMM_ID set, every rank makes the same id on its own.
+  const ncclUniqueId id = launched ? collective::unique_id_through_launcher(chosen.launcher_socket, chosen.rank)
+                                   : cudapmr::nccl_communicator::make_unique_id();
+  std::vector<collective::rank_context> ranks;
+  ranks.emplace_back(cudapmr::nccl_communicator(id, chosen.ranks, chosen.rank, device), chosen.settings);
+  const bool first = chosen.rank == 0;
+  if (first)
+    print_preamble(chosen.launcher_socket.empty() ? "one process per rank" : "one process per GPU", chosen.ranks,
+                   chosen.settings, ranks.front().buffers_registered());
+  fmt::print("{}\n", collective::describe_rank(ranks.front()));
+  std::fflush(stdout);
+  std::vector<collective::size_result> results = collective::run_all_reduce(ranks, chosen.settings);
+  collective::combine_across_ranks(results, ranks.front());
+  return finish(results, chosen.ranks, first);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const options chosen = parse(std::vector<std::string>(argv + 1, argv + argc));
+    if (chosen.help) {
+      fmt::print("{}", usage);
+      return 0;
+    }
+    switch (chosen.mode) {
+      case mode_kind::one_process: return run_one_process(chosen);
+      case mode_kind::process_per_gpu: {
+        const int gpus = gpus_to_use(chosen);
+        return collective::launch_process_per_gpu(gpus, settings_arguments(chosen.settings));
+      }
+      case mode_kind::rank: return run_rank(chosen);
+    }
+  } catch (const usage_error& error) {
+    fmt::print(stderr, "collective: {} (--help for usage)\n", error.what());
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "collective: {}\n", error.what());
+  }
+  return 2;
+}

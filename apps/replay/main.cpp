@@ -1,0 +1,247 @@
+// replay: plays a logging_adaptor log back against a cudapmr resource, threads
+// and order preserved, and prints the peak usage, the time and the failures;
+// with --record, writes such a log of a synthetic multi-threaded workload.
+#include "replay.hpp"
+
+#include <cudapmr/cudapmr.hpp>
+#include <cudapmr/format.hpp>
+
+#include <fmt/format.h>
+
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace {
+
+constexpr int exit_replayed = 0;
+constexpr int exit_refusals = 1;
+constexpr int exit_unusable = 2;
+
+constexpr std::string_view usage = R"(usage: replay LOG [--resource KIND] [--device D] [--limit BYTES] [--track]
+       replay --record LOG [--resource KIND] [--device D] [--threads N] [--allocations N] [--max-bytes BYTES] [--seed N]
+
+Replays a cudapmr logging_adaptor log (CSV) against a fresh resource: one
+thread per logged thread, every event in the log's order, one stream per
+logged stream. Prints the peak usage (and the log's own peak), the pool's
+reserve, the time and the refused allocations.
+
+  --resource KIND  device, pinned, managed or host (default device); the CUDA
+                   kinds use a new pool of their own
+  --device D       CUDA device ordinal (default 0)
+  --limit BYTES    cap the resource with a limiting_adaptor (suffixes KiB, MiB, GiB)
+  --track          check every free with a tracking_adaptor and count bad ones
+  --record LOG     instead, run a synthetic workload through a logging_adaptor into LOG
+  --threads N, --allocations N (per thread), --max-bytes BYTES, --seed N
+                   the workload (defaults 16, 1000, 1MiB, 1)
+
+Exit status: 0 replayed (or recorded) with no refused allocation, 1 some
+allocations were refused, 2 unusable arguments, log or device.
+)";
+
+enum class resource_kind { device, pinned, managed, host };
+
+struct options {
+  std::string log;
+  bool record = false;
+  resource_kind kind = resource_kind::device;
+  int device = 0;
+  std::optional<std::size_t> limit;
+  bool track = false;
+  replay::workload_options workload;
+};
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A count with an optional binary suffix: "4096", "64KiB", "1GiB".
+std::size_t parse_count(std::string_view flag, std::string_view text) {
+  constexpr std::array<std::pair<std::string_view, std::size_t>, 3> suffixes{
+      {{"KiB", std::size_t{1} << 10}, {"MiB", std::size_t{1} << 20}, {"GiB", std::size_t{1} << 30}}};
+  std::size_t scale = 1;
+  std::string_view digits = text;
+  for (const auto& [suffix, factor] : suffixes) {
+    if (digits.ends_with(suffix)) {
+      digits.remove_suffix(suffix.size());
+      scale = factor;
+    }
+  }
+  std::size_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc{} || end != digits.data() + digits.size() || digits.empty())
+    throw usage_error(fmt::format("{} {}: not a non-negative integer (with an optional KiB, MiB or GiB)", flag, text));
+  if (value > std::numeric_limits<std::size_t>::max() / scale) throw usage_error(fmt::format("{} {}: out of range", flag, text));
+  return value * scale;
+}
+
+resource_kind parse_kind(std::string_view text) {
+  if (text == "device") return resource_kind::device;
+  if (text == "pinned") return resource_kind::pinned;
+  if (text == "managed") return resource_kind::managed;
+  if (text == "host") return resource_kind::host;
+  throw usage_error(fmt::format("--resource {}: expected device, pinned, managed or host", text));
+}
+
+/// Returns nullopt when --help was asked for.
+std::optional<options> parse_arguments(int argc, char** argv) {
+  options parsed;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") return std::nullopt;
+    if (flag == "--track") {
+      parsed.track = true;
+      continue;
+    }
+    if (!flag.starts_with("--")) {
+      if (!parsed.log.empty()) throw usage_error(fmt::format("a second log {}", flag));
+      parsed.log = flag;
+      continue;
+    }
+    if (i + 1 >= argc) throw usage_error(fmt::format("{} needs a value", flag));
+    const std::string_view value = argv[++i];
+    if (flag == "--record") {
+      parsed.record = true;
+      parsed.log = value;
+    } else if (flag == "--resource") {
+      parsed.kind = parse_kind(value);
+    } else if (flag == "--device") {
+      const std::size_t device = parse_count(flag, value);
+      if (device > 1024) throw usage_error(fmt::format("--device {}: no such device ordinal", value));
+      parsed.device = static_cast<int>(device);
+    } else if (flag == "--limit") {
+      parsed.limit = parse_count(flag, value);
+    } else if (flag == "--threads") {
+      parsed.workload.threads = parse_count(flag, value);
+    } else if (flag == "--allocations") {
+      parsed.workload.allocations_per_thread = parse_count(flag, value);
+    } else if (flag == "--max-bytes") {
+      parsed.workload.max_bytes = parse_count(flag, value);
+    } else if (flag == "--seed") {
+      parsed.workload.seed = parse_count(flag, value);
+    } else {
+      throw usage_error(fmt::format("unknown argument {}", flag));
+    }
+  }
+  if (parsed.log.empty()) throw usage_error("no log given");
+  if (parsed.workload.threads == 0 || parsed.workload.max_bytes == 0)
+    throw usage_error("--threads and --max-bytes need at least 1");
+  return parsed;
+}
+
+/// A fresh resource of the chosen kind: a new pool for the CUDA kinds, so
+/// that its statistics start from zero.
+std::unique_ptr<cudapmr::stream_ordered_resource> make_resource(const options& chosen) {
+  if (chosen.kind == resource_kind::host) return std::make_unique<cudapmr::host_memory_resource>();
+  if (cudapmr::device::count() == 0) throw usage_error("no CUDA device was found");
+  cudapmr::device(chosen.device).set_current();
+  switch (chosen.kind) {
+    case resource_kind::device:
+      return std::make_unique<cudapmr::device_memory_resource>(chosen.device, cudapmr::device_pool_options{});
+    case resource_kind::pinned:
+      return std::make_unique<cudapmr::pinned_memory_resource>(cudapmr::pinned_pool_options{});
+    case resource_kind::managed:
+      return std::make_unique<cudapmr::managed_memory_resource>(
+          cudapmr::managed_pool_options{.preferred_device = chosen.device});
+    case resource_kind::host: break;
+  }
+  return std::make_unique<cudapmr::host_memory_resource>();
+}
+
+/// Managed memory beyond what the GPU has free oversubscribes it, which can
+/// stall it: such a run is refused up front.
+void require_free_device_memory(const options& chosen, std::size_t bytes, std::string_view what) {
+  if (chosen.kind != resource_kind::managed) return;
+  if (const std::size_t free_bytes = cudapmr::device(chosen.device).free_memory(); bytes > free_bytes)
+    throw usage_error(fmt::format("{} needs up to {} ({} bytes) of managed memory, but device {} has only {} free",
+                                  what, cudapmr::human_bytes(bytes), bytes, chosen.device,
+                                  cudapmr::human_bytes(free_bytes)));
+}
+
+void print_pool(const cudapmr::stream_ordered_resource& resource) {
+  if (const auto* pool = dynamic_cast<const cudapmr::pool_resource*>(&resource))
+    fmt::print("pool: {}\n", pool->stats());
+}
+
+int record(const options& chosen) {
+  const replay::workload_options& workload = chosen.workload;
+  const std::unique_ptr<cudapmr::stream_ordered_resource> resource = make_resource(chosen);
+  require_free_device_memory(chosen, workload.threads * workload.allocations_per_thread * workload.max_bytes,
+                             "the workload");
+  std::optional<cudapmr::resource_statistics> statistics;
+  {
+    cudapmr::logging_adaptor logged(*resource, std::filesystem::path(chosen.log));
+    cudapmr::statistics_adaptor counted(logged);
+    replay::run_workload(counted, workload);
+    statistics = counted.statistics();
+  }
+  fmt::print("recorded: {}: {} allocations from {} threads over {}\n", chosen.log, statistics->allocations.total,
+             workload.threads, resource->description());
+  fmt::print("peak: {} bytes ({})\n", statistics->bytes.peak, cudapmr::human_bytes(statistics->bytes.peak));
+  print_pool(*resource);
+  return exit_replayed;
+}
+
+int replay_log(const options& chosen) {
+  const std::vector<replay::event> events = replay::read_log(std::filesystem::path(chosen.log));
+  const std::size_t log_peak = replay::peak_bytes(events);
+  const std::unique_ptr<cudapmr::stream_ordered_resource> resource = make_resource(chosen);
+  require_free_device_memory(chosen, log_peak, "the log");
+
+  cudapmr::stream_ordered_resource* target = resource.get();
+  std::optional<cudapmr::limiting_adaptor> limited;
+  if (chosen.limit) target = &limited.emplace(*target, *chosen.limit);
+  std::optional<cudapmr::tracking_adaptor> tracked;
+  std::atomic<std::size_t> misuses{0};
+  if (chosen.track) {
+    target = &tracked.emplace(*target, cudapmr::tracking_options{.on_misuse = [&misuses](const cudapmr::misuse_report& report) {
+      if (misuses++ < 10) fmt::print(stderr, "replay: {}\n", report.message);  // the first few are enough
+    }});
+  }
+
+  const replay::result outcome = replay::run(events, *target);
+  const double seconds = std::chrono::duration<double>(outcome.elapsed).count();
+  fmt::print("log: {}: {} events from {} threads on {} streams\n", chosen.log, outcome.events, outcome.threads,
+             outcome.streams);
+  fmt::print("resource: {}\n", target->description());
+  fmt::print("peak: {} bytes ({}); the log's peak: {} bytes ({})\n", outcome.statistics.bytes.peak,
+             cudapmr::human_bytes(outcome.statistics.bytes.peak), log_peak, cudapmr::human_bytes(log_peak));
+  print_pool(*resource);
+  fmt::print("time: {:.3f} s ({:.2f} us per event)\n", seconds,
+             outcome.events == 0 ? 0.0 : seconds * 1e6 / static_cast<double>(outcome.events));
+  fmt::print("failures: {} (the log recorded {})\n", outcome.failures, outcome.logged_failures);
+  fmt::print("unmatched frees: {}, left outstanding: {}\n", outcome.unmatched_frees, outcome.left_outstanding);
+  if (chosen.track) fmt::print("bad frees: {}\n", misuses.load());
+  return outcome.failures == 0 ? exit_replayed : exit_refusals;
+}
+
+void report(const char* message) {
+  std::fflush(stdout);
+  fmt::print(stderr, "replay: {}\n", message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<options> chosen = parse_arguments(argc, argv);
+    if (!chosen) {
+      fmt::print("{}", usage);
+      return exit_replayed;
+    }
+    return chosen->record ? record(*chosen) : replay_log(*chosen);
+  } catch (const cudapmr::out_of_memory& error) {
+    report(error.what());
+    return exit_refusals;
+  } catch (const std::exception& error) {  // usage, the log, the device: nothing to replay
+    report(error.what());
+    return exit_unusable;
+  }
+}

@@ -1,0 +1,498 @@
+#include "stress.hpp"
+
+#include "kernels.hpp"
+
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
+#include <cudapmr/adaptors/limiting_adaptor.hpp>
+#include <cudapmr/adaptors/logging_adaptor.hpp>
+#include <cudapmr/adaptors/statistics_adaptor.hpp>
+#include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include <cudapmr/cudapmr.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <stdexcept>
+#include <streambuf>
+#include <thread>
+
+namespace stress {
+namespace {
+
+using cudapmr::stream_ordered_resource;
+using cudapmr::stream_ref;
+
+/// The most failures kept word for word; later ones are only counted.
+constexpr std::size_t failures_kept = 20;
+
+/// Failures from every thread.
+class failure_log {
+ public:
+  void add(std::string message) {
+    count_.fetch_add(1, std::memory_order_relaxed);
+    const std::lock_guard lock(mutex_);
+    if (messages_.size() < failures_kept) messages_.push_back(std::move(message));
+  }
+  /// Read on every operation, so without the lock.
+  [[nodiscard]] std::size_t count() const noexcept { return count_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::vector<std::string> messages() const {
+    const std::lock_guard lock(mutex_);
+    std::vector<std::string> all = messages_;
+    if (count() > messages_.size()) all.push_back(fmt::format("... and {} more failures", count() - messages_.size()));
+    return all;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::atomic<std::size_t> count_{0};
+  std::vector<std::string> messages_;
+};
+
+/// A sink for the logging adaptor that keeps nothing and counts the lines.
+class line_counter final : public std::streambuf {
+ public:
+  [[nodiscard]] std::uint64_t lines() const noexcept { return lines_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c == '\n') ++lines_;
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char* text, std::streamsize count) override {
+    lines_ += static_cast<std::uint64_t>(std::count(text, text + count, '\n'));
+    return count;
+  }
+
+ private:
+  std::uint64_t lines_ = 0;
+};
+
+/// One resource or adaptor stack that operations draw from, with its own layers.
+struct target {
+  std::string name;
+  stream_ordered_resource* resource = nullptr;   // the top of the stack
+  std::vector<stream_ordered_resource*> layers;  // this target's own adaptors, top first
+  std::unique_ptr<line_counter> log_lines;       // for a logging adaptor in the stack
+  std::unique_ptr<std::ostream> log;
+  std::atomic<std::uint64_t> allocations{0}, nonzero_allocations{0}, bytes_allocated{0}, frees{0}, copies{0},
+      fills{0}, kernels{0}, host_mismatches{0}, misuses{0}, callbacks{0};
+  std::size_t index = 0;
+
+  [[nodiscard]] bool device_accessible() const noexcept { return resource->is_device_accessible(); }
+  [[nodiscard]] bool host_accessible() const noexcept { return resource->is_host_accessible(); }
+  [[nodiscard]] bool pageable() const noexcept { return resource->kind() == cudapmr::memory_kind::pageable; }
+};
+
+/// The resources and adaptor stacks of a run, bottom resources first.
+class environment {
+ public:
+  explicit environment(const options& chosen) {
+    // Never reached by the run: a hit means memory that was not given back.
+    cap_ = 4 * std::size_t{chosen.threads} * chosen.max_live * chosen.max_bytes + (std::size_t{64} << 20);
+    add_kind("host", own<cudapmr::host_memory_resource>());
+    if (chosen.host_only) return;
+    add_kind("device", own<cudapmr::device_memory_resource>(0, cudapmr::device_pool_options{}));
+    add_kind("pinned", own<cudapmr::pinned_memory_resource>(cudapmr::pinned_pool_options{}));
+    add_kind("managed", own<cudapmr::managed_memory_resource>(cudapmr::managed_pool_options{.preferred_device = 0}));
+  }
+  /// Adaptors before what they stand on.
+  ~environment() {
+    while (!resources_.empty()) resources_.pop_back();
+  }
+  environment(const environment&) = delete;
+  environment& operator=(const environment&) = delete;
+
+  [[nodiscard]] std::vector<target*> targets() {
+    std::vector<target*> all;
+    for (const auto& made : targets_) all.push_back(made.get());
+    return all;
+  }
+
+  /// After every allocation is freed and every stream synchronized: counters
+  /// balance, caches empty, and pools hold no used memory.
+  void verify_balanced(failure_log& failures) {
+    for (const auto& made : targets_) verify_target(*made, failures);
+    for (const auto& bottom : bottoms_) verify_bottom(*bottom, failures);
+  }
+
+ private:
+  template <class Resource, class... Arguments>
+  Resource& own(Arguments&&... arguments) {
+    auto made = std::make_unique<Resource>(std::forward<Arguments>(arguments)...);
+    Resource& resource = *made;
+    resources_.push_back(std::move(made));
+    return resource;
+  }
+
+  /// Three targets over `bottom`: the resource itself, a caching_resource over
+  /// it, and every adaptor stacked, the tracker outermost so that it sees
+  /// each free before anything counts it.
+  void add_kind(const std::string& kind, stream_ordered_resource& bottom) {
+    bottoms_.push_back(&bottom);
+    target& plain = add_target(kind);
+    plain.resource = &bottom;
+
+    target& cached = add_target(kind + "+caching");
+    cached.resource = &own<cudapmr::caching_resource>(bottom);
+    cached.layers = {cached.resource};
+
+    target& stacked = add_target(kind + "+adaptors");
+    stacked.log_lines = std::make_unique<line_counter>();
+    stacked.log = std::make_unique<std::ostream>(stacked.log_lines.get());
+    auto& caching = own<cudapmr::caching_resource>(bottom);
+    auto& callback = own<cudapmr::failure_callback_adaptor>(caching, [&stacked](const cudapmr::allocation_failure&) {
+      stacked.callbacks.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    });
+    auto& logging = own<cudapmr::logging_adaptor>(callback, *stacked.log);
+    auto& limiting = own<cudapmr::limiting_adaptor>(logging, cap_);
+    auto& statistics = own<cudapmr::statistics_adaptor>(limiting);
+    auto& tracking = own<cudapmr::tracking_adaptor>(
+        statistics, cudapmr::tracking_options{.on_misuse = [&stacked](const cudapmr::misuse_report&) {
+          stacked.misuses.fetch_add(1, std::memory_order_relaxed);
+        }});
+    stacked.resource = &tracking;
+    stacked.layers = {&tracking, &statistics, &limiting, &logging, &callback, &caching};
+  }
+
+  target& add_target(std::string name) {
+    targets_.push_back(std::make_unique<target>());
+    targets_.back()->name = std::move(name);
+    targets_.back()->index = targets_.size() - 1;
+    return *targets_.back();
+  }
+
+  static void verify_target(target& made, failure_log& failures) {
+    const auto fail = [&](const std::string& what) { failures.add(fmt::format("{}: {}", made.name, what)); };
+    const std::uint64_t counted = made.nonzero_allocations.load();
+    if (made.allocations.load() != made.frees.load())
+      fail(fmt::format("{} allocations but {} frees", made.allocations.load(), made.frees.load()));
+    if (made.misuses.load() != 0) fail(fmt::format("the tracker reported {} bad frees", made.misuses.load()));
+    if (made.callbacks.load() != 0) fail(fmt::format("the upstream ran out of memory {} times", made.callbacks.load()));
+    for (stream_ordered_resource* layer : made.layers) {
+      if (auto* tracking = dynamic_cast<cudapmr::tracking_adaptor*>(layer); tracking && tracking->outstanding_count())
+        fail(tracking->leak_report());
+      if (auto* statistics = dynamic_cast<cudapmr::statistics_adaptor*>(layer)) {
+        const cudapmr::resource_statistics counted_there = statistics->statistics();
+        if (counted_there.bytes.current != 0 || counted_there.allocations.current != 0)
+          fail(fmt::format("statistics_adaptor: {} bytes in {} allocations still counted as current",
+                           counted_there.bytes.current, counted_there.allocations.current));
+        if (counted_there.allocations.total != static_cast<std::int64_t>(counted))
+          fail(fmt::format("statistics_adaptor counted {} allocations, the run made {}",
+                           counted_there.allocations.total, counted));
+      }
+      if (auto* limiting = dynamic_cast<cudapmr::limiting_adaptor*>(layer); limiting && limiting->used_bytes())
+        fail(fmt::format("limiting_adaptor: {} bytes still counted as used", limiting->used_bytes()));
+      if (auto* logging = dynamic_cast<cudapmr::logging_adaptor*>(layer)) {
+        logging->flush();
+        if (made.log_lines->lines() != 1 + 2 * counted)
+          fail(fmt::format("logging_adaptor wrote {} lines; a header and two per allocation make {}",
+                           made.log_lines->lines(), 1 + 2 * counted));
+      }
+      if (auto* caching = dynamic_cast<cudapmr::caching_resource*>(layer)) {
+        caching->release();
+        if (const cudapmr::cache_statistics cache = caching->statistics(); cache.cached_blocks != 0)
+          fail(fmt::format("caching_resource still holds {} blocks after release", cache.cached_blocks));
+      }
+    }
+  }
+
+  static void verify_bottom(stream_ordered_resource& bottom, failure_log& failures) {
+    if (auto* host = dynamic_cast<cudapmr::host_memory_resource*>(&bottom); host && host->used_bytes() != 0)
+      failures.add(fmt::format("{}: {} bytes still in use", host->description(), host->used_bytes()));
+    if (auto* pool = dynamic_cast<cudapmr::pool_resource*>(&bottom)) {
+      pool->release_cached();
+      CUDAPMR_CHECK(cudaStreamSynchronize(pool->bound_stream().get()));
+      if (const cudapmr::pool_stats stats = pool->stats(); stats.used_current != 0)
+        failures.add(fmt::format("{}: {} bytes still used", pool->description(), stats.used_current));
+      pool->trim_to(0);
+    }
+  }
+
+  std::size_t cap_ = 0;
+  std::vector<std::unique_ptr<target>> targets_;  // outlive the resources: they hold the logging sinks
+  std::vector<stream_ordered_resource*> bottoms_;
+  std::vector<std::unique_ptr<stream_ordered_resource>> resources_;  // in construction order
+};
+
+/// One live allocation of a worker.
+struct block {
+  target* where;
+  std::byte* data;
+  std::size_t bytes;
+  std::size_t alignment;
+  pattern expected;
+  bool from_pmr;
+};
+
+/// One thread's share of the run, on one stream.
+class worker {
+ public:
+  worker(const options& chosen, std::vector<target*> targets, stream_ref stream, unsigned index,
+         failure_log& failures)
+      : options_(chosen),
+        targets_(std::move(targets)),
+        stream_(stream),
+        random_(chosen.seed * 0x9e3779b97f4a7c15ULL + index),
+        next_seed_(index * 0x01000193u + 1),
+        failures_(failures) {}
+
+  /// Runs `operations` random operations, then frees what is left.
+  void run(std::uint64_t operations) {
+    try {
+      if (!options_.host_only) {
+        CUDAPMR_CHECK(cudaSetDevice(0));
+        CUDAPMR_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_mismatches_),
+                                 targets_.size() * sizeof(unsigned long long)));
+        CUDAPMR_CHECK(cudaMemset(device_mismatches_, 0, targets_.size() * sizeof(unsigned long long)));
+      }
+      for (std::uint64_t i = 0; i < operations && failures_.count() < failures_kept; ++i) step();
+      while (!live_.empty()) {
+        check_and_free(live_.size() - 1);
+        ++final_frees_;
+      }
+      if (!options_.host_only) collect_device_mismatches();
+    } catch (const std::exception& error) {
+      failures_.add(fmt::format("thread on stream {}: {}", fmt::ptr(stream_.get()), error.what()));
+    }
+  }
+
+  [[nodiscard]] std::uint64_t final_frees() const noexcept { return final_frees_; }
+  [[nodiscard]] const std::vector<unsigned long long>& device_mismatches() const noexcept { return mismatches_; }
+
+ private:
+  void step() {
+    const double choice = uniform(random_);
+    if (live_.empty() || (choice < 0.35 && live_.size() < options_.max_live)) return allocate_one();
+    const std::size_t chosen = pick(live_.size());
+    if (choice < 0.60) return check_and_free(chosen);
+    if (choice < 0.72 && live_.size() < options_.max_live) return copy(live_[chosen]);
+    if (choice < 0.86) return fill(live_[chosen]);
+    return add(live_[chosen]);
+  }
+
+  void allocate_one() {
+    target& where = *targets_[pick(targets_.size())];
+    if (std::optional<block> made = allocate(where, random_size())) {
+      stamp(*made);
+      live_.push_back(*made);
+    }
+  }
+
+  /// Allocates `bytes` on `where`, through pmr one time in ten.
+  std::optional<block> allocate(target& where, std::size_t bytes) {
+    const std::size_t alignment = std::size_t{1} << pick(17);  // 1 byte to 64 KiB
+    void* p = nullptr;
+    const bool through_pmr = uniform(random_) < 0.1;
+    try {
+      p = through_pmr ? where.resource->allocate(bytes, alignment)
+                      : where.resource->allocate_async(bytes, alignment, stream_);
+    } catch (const cudapmr::out_of_memory& error) {
+      failures_.add(fmt::format("{}: {}", where.name, error.what()));
+      return std::nullopt;
+    }
+    where.allocations.fetch_add(1, std::memory_order_relaxed);
+    where.bytes_allocated.fetch_add(bytes, std::memory_order_relaxed);
+    if (bytes != 0) where.nonzero_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (bytes != 0 && reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
+      failures_.add(fmt::format("{}: {} bytes at {} are not aligned to {}", where.name, bytes, p, alignment));
+    return block{&where, static_cast<std::byte*>(p), bytes, alignment, {}, through_pmr};
+  }
+
+  void stamp(block& made) {
+    made.expected = pattern{next_seed_++, false, 0, 0};
+    if (made.bytes == 0) return;
+    if (made.where->pageable()) {
+      auto* bytes = reinterpret_cast<std::uint8_t*>(made.data);
+      for (std::size_t i = 0; i < made.bytes; ++i) bytes[i] = sequence_byte(made.expected.seed, i);
+    } else {
+      stamp_on_device(made.data, made.bytes, made.expected.seed, stream_);
+    }
+  }
+
+  /// Checks the pattern, then frees: device memory with a kernel queued before
+  /// the free; host-accessible memory on the host, after the stream's work.
+  void check_and_free(std::size_t index) {
+    block freed = live_[index];
+    live_[index] = live_.back();
+    live_.pop_back();
+    target& where = *freed.where;
+    // Either way, but zero bytes the way they came: allocate_async gives null,
+    // which pmr deallocate refuses, and pmr allocate a pointer that owns nothing.
+    const bool through_pmr = freed.bytes == 0 ? freed.from_pmr : uniform(random_) < 0.1;
+    if (freed.bytes != 0) {
+      if (where.host_accessible()) {
+        if (!where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
+        check_on_host(freed);
+      } else {
+        check_on_device(freed.data, freed.bytes, freed.expected, device_mismatches_ + where.index, stream_);
+      }
+    }
+    if (through_pmr) {
+      // pmr's deallocate takes memory no longer in use: the stream's work on it must be done.
+      if (!where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
+      where.resource->deallocate(freed.data, freed.bytes, freed.alignment);
+    } else {
+      where.resource->deallocate_async(freed.data, freed.bytes, freed.alignment, stream_);
+    }
+    where.frees.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void check_on_host(const block& checked) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(checked.data);
+    std::uint64_t wrong = 0;
+    for (std::size_t i = 0; i < checked.bytes; ++i) wrong += bytes[i] != expected_byte(checked.expected, i) ? 1u : 0u;
+    if (wrong == 0) return;
+    checked.where->host_mismatches.fetch_add(wrong, std::memory_order_relaxed);
+    failures_.add(fmt::format("{}: {} of the {} bytes at {} (alignment {}) lost their pattern", checked.where->name,
+                              wrong, checked.bytes, fmt::ptr(checked.data), checked.alignment));
+  }
+
+  /// Copies a block into a new one of the same size on a random target.
+  /// Pageable memory is only ever touched synchronously, so a copy to or from
+  /// it first waits for the stream's earlier work.
+  void copy(const block& source) {
+    target& where = *targets_[pick(targets_.size())];
+    std::optional<block> made = allocate(where, source.bytes);
+    if (!made) return;
+    made->expected = source.expected;
+    if (source.bytes != 0) {
+      if (source.where->pageable() && where.pageable()) {
+        std::memcpy(made->data, source.data, source.bytes);
+      } else {
+        if (source.where->pageable() || where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
+        CUDAPMR_CHECK(cudaMemcpyAsync(made->data, source.data, source.bytes, cudaMemcpyDefault, stream_.get()));
+      }
+    }
+    source.where->copies.fetch_add(1, std::memory_order_relaxed);
+    live_.push_back(*made);
+  }
+
+  void fill(block& filled) {
+    const auto value = static_cast<std::uint8_t>(pick(256));
+    filled.expected = pattern{0, true, value, 0};
+    if (filled.where->pageable()) std::memset(filled.data, value, filled.bytes);
+    else if (filled.bytes != 0) CUDAPMR_CHECK(cudaMemsetAsync(filled.data, value, filled.bytes, stream_.get()));
+    filled.where->fills.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// The "kernel" operation: adds a value to every byte (on the host for pageable memory).
+  void add(block& changed) {
+    const auto value = static_cast<std::uint8_t>(1 + pick(255));
+    changed.expected.added = static_cast<std::uint8_t>(changed.expected.added + value);
+    if (changed.where->pageable()) {
+      auto* bytes = reinterpret_cast<std::uint8_t*>(changed.data);
+      for (std::size_t i = 0; i < changed.bytes; ++i) bytes[i] = static_cast<std::uint8_t>(bytes[i] + value);
+    } else if (changed.bytes != 0) {
+      add_on_device(changed.data, changed.bytes, value, stream_);
+    }
+    changed.where->kernels.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void collect_device_mismatches() {
+    mismatches_.assign(targets_.size(), 0);
+    CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
+    CUDAPMR_CHECK(cudaMemcpy(mismatches_.data(), device_mismatches_, mismatches_.size() * sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost));
+    CUDAPMR_CHECK(cudaFree(device_mismatches_));
+    device_mismatches_ = nullptr;
+  }
+
+  /// Log-uniform from 1 byte to max_bytes, and zero bytes one time in a hundred.
+  std::size_t random_size() {
+    if (uniform(random_) < 0.01) return 0;
+    const double exponent = uniform(random_) * std::log2(static_cast<double>(options_.max_bytes));
+    return std::clamp<std::size_t>(static_cast<std::size_t>(std::exp2(exponent)), 1, options_.max_bytes);
+  }
+  std::size_t pick(std::size_t count) { return std::uniform_int_distribution<std::size_t>(0, count - 1)(random_); }
+
+  const options& options_;
+  std::vector<target*> targets_;
+  stream_ref stream_;
+  std::mt19937_64 random_;
+  std::uniform_real_distribution<double> uniform{0.0, 1.0};
+  std::uint32_t next_seed_;
+  failure_log& failures_;
+  std::vector<block> live_;
+  unsigned long long* device_mismatches_ = nullptr;  // one counter per target
+  std::vector<unsigned long long> mismatches_;
+  std::uint64_t final_frees_ = 0;
+};
+
+void validate(const options& chosen) {
+  if (chosen.threads == 0 || chosen.streams == 0 || chosen.max_bytes == 0 || chosen.max_live == 0)
+    throw std::invalid_argument(fmt::format("threads ({}), streams ({}), max bytes ({}) and max live ({}) must be "
+                                            "at least 1",
+                                            chosen.threads, chosen.streams, chosen.max_bytes, chosen.max_live));
+  if (chosen.max_bytes > (std::size_t{1} << 30))
+    throw std::invalid_argument(fmt::format("max bytes {} is above 1 GiB", chosen.max_bytes));
+}
+
+}  // namespace
+
+report run(const options& chosen) {
+  validate(chosen);
+  if (!chosen.host_only) static_cast<void>(cudapmr::device(0));  // no device: cuda_error before anything starts
+  environment resources(chosen);
+  std::vector<target*> targets = resources.targets();
+  failure_log failures;
+
+  // Real streams on the GPU; without one, distinct handles that only the
+  // adaptors' per-stream bookkeeping sees (the host resource ignores streams).
+  std::vector<cudapmr::stream> owned_streams;
+  std::vector<stream_ref> streams;
+  for (unsigned i = 0; i < chosen.streams; ++i) {
+    if (chosen.host_only) {
+      streams.emplace_back(reinterpret_cast<cudaStream_t>(std::uintptr_t{0x1000} * (i + 1)));
+    } else {
+      owned_streams.emplace_back(0);
+      streams.push_back(owned_streams.back().ref());
+    }
+  }
+
+  std::vector<std::unique_ptr<worker>> workers;
+  for (unsigned i = 0; i < chosen.threads; ++i)
+    workers.push_back(std::make_unique<worker>(chosen, targets, streams[i % chosen.streams], i, failures));
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::vector<std::jthread> threads;
+    for (unsigned i = 0; i < chosen.threads; ++i) {
+      const std::uint64_t share = chosen.operations / chosen.threads + (i < chosen.operations % chosen.threads ? 1 : 0);
+      threads.emplace_back([&workers, i, share] { workers[i]->run(share); });
+    }
+  }
+  for (cudapmr::stream& owned : owned_streams) owned.synchronize();
+  const auto end = std::chrono::steady_clock::now();
+
+  report result;
+  result.operations = chosen.operations;
+  result.seconds = std::chrono::duration<double>(end - start).count();
+  for (const auto& done : workers) result.final_frees += done->final_frees();
+  for (target* made : targets) {
+    target_report line{made->name,           made->allocations.load(), made->bytes_allocated.load(),
+                       made->frees.load(),   made->copies.load(),      made->fills.load(),
+                       made->kernels.load(), made->host_mismatches.load()};
+    for (const auto& done : workers)
+      if (made->index < done->device_mismatches().size()) line.mismatches += done->device_mismatches()[made->index];
+    if (line.mismatches != made->host_mismatches.load())
+      failures.add(fmt::format("{}: {} bytes lost their pattern on the device", made->name,
+                               line.mismatches - made->host_mismatches.load()));
+    result.targets.push_back(line);
+  }
+  resources.verify_balanced(failures);
+  result.failures = failures.messages();
+  result.failure_count = failures.count();
+  return result;
+}
+
+}  // namespace stress

@@ -1,0 +1,106 @@
+#pragma once
+// A persistent pool of host threads, and host copies split over it
+// (src/host_thread_pool.cpp). The staged copies between pageable and device
+// memory use it: one thread copies host memory at a quarter of what the
+// host's memory system gives several.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cudapmr::detail {
+
+/// The smallest piece of a host copy given to one thread (about 50 us of one
+/// thread's copying): smaller pieces cost more to hand out than they save.
+inline constexpr std::size_t min_host_copy_part = std::size_t{128} << 10;
+/// Pieces of a host copy per thread: threads that finish early take more, so
+/// the last piece, not a whole share, is what the others may wait for.
+inline constexpr std::size_t host_copy_parts_per_thread = 8;
+/// Piece boundaries fall on multiples of this (one page).
+inline constexpr std::size_t host_copy_granule = std::size_t{4} << 10;
+/// The most threads a host copy uses: host memory bandwidth saturates near it.
+inline constexpr std::size_t max_host_copy_threads = 16;
+
+/// A piece of a larger range.
+struct byte_range {
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+  friend bool operator==(const byte_range&, const byte_range&) = default;
+};
+
+/// The `index`-th of `parts` consecutive pieces that cover `bytes`: piece
+/// boundaries on multiples of `granule`, sizes differing by at most one
+/// granule, the last piece ending at `bytes`. Pieces are empty only where
+/// `bytes` has fewer granules than `parts`. \pre index < parts, granule > 0.
+[[nodiscard]] byte_range partition(std::size_t bytes, std::size_t parts, std::size_t index,
+                                   std::size_t granule) noexcept;
+
+/// Into how many pieces to split a host copy of `bytes` over `threads` threads:
+/// pieces of at least `min_host_copy_part`, at most `host_copy_parts_per_thread`
+/// per thread, one where there is one thread.
+[[nodiscard]] std::size_t host_copy_parts(std::size_t bytes, std::size_t threads) noexcept;
+
+/// The threads the library's host copies use on a machine with
+/// `hardware_threads` (0 where unknown): all, at most `max_host_copy_threads`.
+[[nodiscard]] std::size_t host_copy_threads(unsigned hardware_threads) noexcept;
+
+/// A fixed set of threads that run the parts of a job together with the
+/// thread that submits it; jobs from several threads may run at once. Workers
+/// spin briefly before sleeping, since a pipelined caller submits its next job
+/// within microseconds. Destruction stops and joins the workers.
+class host_thread_pool final {
+ public:
+  /// \param threads the threads a job may use, the caller included: `threads - 1` workers.
+  explicit host_thread_pool(std::size_t threads);
+  ~host_thread_pool();
+  host_thread_pool(const host_thread_pool&) = delete;
+  host_thread_pool& operator=(const host_thread_pool&) = delete;
+
+  /// The threads a job may use, the caller included.
+  [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + 1; }
+
+  /// Calls `body(i)` once for each i in [0, parts), on the workers and on the
+  /// calling thread, and returns when all calls have returned.
+  /// \throws the first exception a call threw, once all calls have returned.
+  void run(std::size_t parts, const std::function<void(std::size_t)>& body);
+
+ private:
+  struct job {
+    const std::function<void(std::size_t)>* body = nullptr;
+    std::size_t parts = 0;
+    std::size_t next = 0;                  // the next unclaimed part; guarded by mutex_
+    std::atomic<std::size_t> finished{0};  // written under mutex_, read by the spinning submitter
+    std::exception_ptr error;              // guarded by mutex_
+  };
+
+  void work();
+  /// Stops and joins the workers.
+  void stop() noexcept;
+  /// Claims the next part of `task`, dequeuing it once all parts are claimed. Needs `mutex_` held.
+  std::size_t claim(job& task);
+  /// Runs one part with `lock` released, then re-locks and counts it finished.
+  void execute(job& task, std::size_t part, std::unique_lock<std::mutex>& lock);
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  std::deque<job*> jobs_;              // jobs with unclaimed parts
+  std::atomic<bool> has_work_{false};  // !jobs_.empty(), read without the lock by spinning workers
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+/// The library's pool for host copies: created at first use with
+/// `host_copy_threads(std::thread::hardware_concurrency())` threads, joined at exit.
+host_thread_pool& host_copy_pool();
+
+/// `std::memcpy` of `bytes`, split into `host_copy_parts` pieces over `pool`.
+void parallel_memcpy(void* destination, const void* source, std::size_t bytes, host_thread_pool& pool);
+
+}  // namespace cudapmr::detail

@@ -1,0 +1,56 @@
+#pragma once
+// Copies between pageable host memory and device-side memory through a
+// pipeline of pinned staging blocks, the host side split over the library's
+// thread pool (src/staged_copy.cpp).
+
+#include "cudapmr/stream.hpp"
+
+#include <cstddef>
+
+namespace cudapmr::detail {
+
+/// Copies smaller than this keep the driver's own pageable path: below it the
+/// fixed costs of staging (waking threads, a DMA and an event per chunk)
+/// outweigh the faster host copy. apps/bench measures both paths at every size
+/// (copy/*/pageable/*: cudapmr:staged against peer:driver).
+inline constexpr std::size_t staged_copy_threshold = std::size_t{1} << 20;
+/// Staging blocks per pipeline: a host copy into one block overlaps the DMA of
+/// the others, and one late DMA does not stall the host.
+inline constexpr std::size_t staging_block_count = 4;
+/// The largest chunk, one staging block: per-chunk costs (a barrier of the
+/// host threads, a DMA launch, an event) stay a few percent of its copy time.
+inline constexpr std::size_t staging_block_bytes = std::size_t{16} << 20;
+/// The smallest chunk of a staged copy.
+inline constexpr std::size_t min_staging_chunk = std::size_t{1} << 20;
+
+/// The chunk size of a staged copy of `bytes`: a quarter of the copy, so that
+/// mid-sized copies overlap host copies with DMA too, rounded up to the host
+/// copy granule and kept between `min_staging_chunk` and `staging_block_bytes`.
+[[nodiscard]] std::size_t staging_chunk_bytes(std::size_t bytes) noexcept;
+
+/// Which way a staged copy goes.
+enum class copy_direction { to_device, to_host };
+
+/// Copies `bytes` through pinned staging when the host side (the source for
+/// `to_device`, the destination for `to_host`) is pageable host memory, the
+/// other side device or managed memory, and `bytes` is at least
+/// `staged_copy_threshold`; otherwise returns false, having done nothing.
+/// Semantics as `staged_copy_to_device` / `staged_copy_to_host`. \throws cuda_error.
+bool try_staged_copy(void* destination, const void* source, std::size_t bytes, copy_direction direction,
+                     stream_ref stream);
+
+/// Copies pageable host memory to device-accessible memory through pinned
+/// staging, in order on `stream`. Returns once the source has been read (the
+/// last chunks' DMA may still run): more than stream order promises, the
+/// source may be reused at once. A copy larger than the staging waits for its
+/// own earlier chunks, and so for work queued on `stream` before it.
+/// \throws cuda_error.
+void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream);
+
+/// Copies device-accessible memory to pageable host memory through pinned
+/// staging, in order on `stream`. Returns once the data is in the destination,
+/// so it waits for earlier work on `stream`, as the driver's pageable path
+/// does. \throws cuda_error.
+void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream);
+
+}  // namespace cudapmr::detail

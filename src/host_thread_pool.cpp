@@ -1,0 +1,172 @@
+#include "cudapmr/detail/host_thread_pool.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace cudapmr::detail {
+namespace {
+
+/// How long an idle thread polls before it sleeps: longer than the gap between
+/// the jobs of a staged copy (a DMA launch and an event), far shorter than a
+/// copy, so that a pipeline never pays for waking its threads.
+constexpr auto spin_time = std::chrono::microseconds(50);
+
+/// Tells the core that this is a spin loop, so that it yields to a sibling hardware thread.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/// Polls `done` for up to `spin_time`; true once it holds.
+template <class Predicate>
+bool spin_until(Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + spin_time;
+  for (unsigned round = 1;; ++round) {
+    if (done()) return true;
+    cpu_relax();
+    if (round % 64 == 0 && std::chrono::steady_clock::now() > deadline) return false;
+  }
+}
+
+/// Calls `body(part)`; returns what it threw.
+std::exception_ptr call(const std::function<void(std::size_t)>& body, std::size_t part) noexcept {
+  try {
+    body(part);
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+byte_range partition(std::size_t bytes, std::size_t parts, std::size_t index, std::size_t granule) noexcept {
+  const std::size_t granules = bytes / granule + (bytes % granule != 0 ? 1 : 0);
+  const std::size_t each = granules / parts;
+  const std::size_t larger = granules % parts;  // the first `larger` pieces get one granule more
+  const std::size_t first = index * each + std::min(index, larger);
+  const std::size_t count = each + (index < larger ? 1 : 0);
+  const std::size_t begin = std::min(first * granule, bytes);
+  const std::size_t end = std::min((first + count) * granule, bytes);
+  return {begin, end - begin};
+}
+
+std::size_t host_copy_parts(std::size_t bytes, std::size_t threads) noexcept {
+  if (threads <= 1) return 1;
+  const std::size_t pieces = std::max<std::size_t>(1, bytes / min_host_copy_part);
+  return std::min(pieces, threads * host_copy_parts_per_thread);
+}
+
+std::size_t host_copy_threads(unsigned hardware_threads) noexcept {
+  return std::clamp<std::size_t>(hardware_threads, 1, max_host_copy_threads);
+}
+
+host_thread_pool::host_thread_pool(std::size_t threads) {
+  const std::size_t workers = threads > 1 ? threads - 1 : 0;
+  workers_.reserve(workers);
+  try {
+    for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
+  } catch (...) {
+    stop();  // join the threads already started
+    throw;
+  }
+}
+
+host_thread_pool::~host_thread_pool() { stop(); }
+
+void host_thread_pool::stop() noexcept {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& worker : workers_)
+    if (worker.joinable()) worker.join();
+  workers_.clear();
+}
+
+std::size_t host_thread_pool::claim(job& task) {
+  const std::size_t part = task.next++;
+  if (task.next == task.parts) {
+    jobs_.erase(std::find(jobs_.begin(), jobs_.end(), &task));
+    has_work_.store(!jobs_.empty(), std::memory_order_relaxed);
+  }
+  return part;
+}
+
+void host_thread_pool::execute(job& task, std::size_t part, std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  const std::exception_ptr error = call(*task.body, part);
+  lock.lock();
+  if (error && !task.error) task.error = error;
+  // The submitter may return the moment `finished` reaches `parts`: read
+  // nothing of `task` after the increment.
+  const std::size_t parts = task.parts;
+  if (task.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == parts) done_.notify_all();
+}
+
+void host_thread_pool::work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (jobs_.empty() && !stopping_) {
+      lock.unlock();
+      spin_until([this] { return has_work_.load(std::memory_order_relaxed); });
+      lock.lock();
+      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    }
+    if (jobs_.empty()) return;  // stopping, with nothing left to run
+    job& task = *jobs_.front();
+    execute(task, claim(task), lock);
+  }
+}
+
+void host_thread_pool::run(std::size_t parts, const std::function<void(std::size_t)>& body) {
+  if (parts == 0) return;
+  if (workers_.empty() || parts == 1) {
+    std::exception_ptr error;
+    for (std::size_t part = 0; part < parts; ++part)
+      if (std::exception_ptr thrown = call(body, part); thrown && !error) error = thrown;
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  job task;
+  task.body = &body;
+  task.parts = parts;
+  std::unique_lock lock(mutex_);
+  jobs_.push_back(&task);
+  has_work_.store(true, std::memory_order_relaxed);
+  lock.unlock();
+  // Wake only as many sleepers as there are parts for (spinning ones need none).
+  for (std::size_t i = 0, wanted = std::min(parts - 1, workers_.size()); i < wanted; ++i) wake_.notify_one();
+  lock.lock();
+  while (task.next < task.parts) execute(task, claim(task), lock);
+  lock.unlock();
+  if (!spin_until([&task] { return task.finished.load(std::memory_order_acquire) == task.parts; })) {
+    lock.lock();
+    done_.wait(lock, [&task] { return task.finished.load(std::memory_order_acquire) == task.parts; });
+    lock.unlock();
+  }
+  // All parts have finished, so no thread writes `error` any more.
+  if (task.error) std::rethrow_exception(task.error);
+}
+
+host_thread_pool& host_copy_pool() {
+  // A function-local static: created on first use, joined at exit (its
+  // workers are idle then, so the join is immediate).
+  static host_thread_pool pool(host_copy_threads(std::thread::hardware_concurrency()));
+  return pool;
+}
+
+void parallel_memcpy(void* destination, const void* source, std::size_t bytes, host_thread_pool& pool) {
+  auto* to = static_cast<unsigned char*>(destination);
+  const auto* from = static_cast<const unsigned char*>(source);
+  const std::size_t parts = host_copy_parts(bytes, pool.concurrency());
+  pool.run(parts, [=](std::size_t part) {
+    const byte_range piece = partition(bytes, parts, part, host_copy_granule);
+    std::memcpy(to + piece.offset, from + piece.offset, piece.bytes);
+  });
+}
+
+}  // namespace cudapmr::detail

@@ -1,0 +1,157 @@
+#include "cudapmr/ipc.hpp"
+
+#include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
+
+namespace cudapmr {
+namespace {
+
+/// Marks cudapmr's protocol messages, so that a stray message is refused by name.
+constexpr std::uint32_t protocol_tag = 0x524d5043;  // "CPMR"
+enum class message_kind : std::uint32_t { shared_memory = 1, released = 2 };
+
+struct message_header {
+  std::uint32_t tag;
+  message_kind kind;
+};
+
+struct shared_memory_message {
+  message_header header{protocol_tag, message_kind::shared_memory};
+  ipc_memory_handle memory;
+};
+
+struct released_message {
+  message_header header{protocol_tag, message_kind::released};
+};
+
+void check_header(const message_header& header, message_kind expected, const char* step) {
+  if (header.tag != protocol_tag || header.kind != expected)
+    throw std::runtime_error(fmt::format("{}: the message is not the expected cudapmr message (tag {:#x}, kind {}, expected {})",
+                                         step, header.tag, static_cast<std::uint32_t>(header.kind),
+                                         static_cast<std::uint32_t>(expected)));
+}
+
+}  // namespace
+
+file_descriptor export_pool(const pool_resource& resource) {
+  int descriptor = -1;
+  detail::check_cuda(
+      cudaMemPoolExportToShareableHandle(&descriptor, resource.pool(), cudaMemHandleTypePosixFileDescriptor, 0), [&] {
+        return fmt::format("cudaMemPoolExportToShareableHandle of {}: only a pool made with "
+                           "device_pool_options{{.ipc_enabled = true}} can be shared",
+                           resource.description());
+      });
+  return file_descriptor(descriptor);
+}
+
+ipc_memory_handle export_memory(const void* p, std::size_t bytes) {
+  if (p == nullptr) throw std::invalid_argument(fmt::format("export_memory: null pointer ({} bytes)", bytes));
+  ipc_memory_handle handle{.bytes = bytes};
+  detail::check_cuda(cudaMemPoolExportPointer(&handle.export_data, const_cast<void*>(p)), [&] {
+    return fmt::format("cudaMemPoolExportPointer of {} ({} bytes): the memory must come from an IPC-enabled pool "
+                       "exported first with export_pool",
+                       fmt::ptr(p), bytes);
+  });
+  return handle;
+}
+
+// ---- imported_pool -----------------------------------------------------------
+
+imported_pool::imported_pool(file_descriptor descriptor) {
+  if (!descriptor.is_open())
+    throw std::invalid_argument("imported_pool: the pool's file descriptor is closed; a pool is imported only through "
+                                "the descriptor its exporter sent");
+  // A POSIX descriptor handle is passed by value, in the pointer.
+  void* handle = reinterpret_cast<void*>(static_cast<std::intptr_t>(descriptor.get()));
+  detail::check_cuda(cudaMemPoolImportFromShareableHandle(&pool_, handle, cudaMemHandleTypePosixFileDescriptor, 0),
+                     [&] {
+                       return fmt::format("cudaMemPoolImportFromShareableHandle of descriptor {}: it is not the "
+                                          "descriptor of an exported CUDA pool",
+                                          descriptor.get());
+                     });
+}  // `descriptor` closes here; the imported pool holds its own reference
+
+imported_pool::~imported_pool() {
+  if (pool_ != nullptr && cudaMemPoolDestroy(pool_) != cudaSuccess) static_cast<void>(cudaGetLastError());
+}
+
+imported_pool::imported_pool(imported_pool&& other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
+
+imported_pool& imported_pool::operator=(imported_pool&& other) noexcept {
+  if (this != &other) {
+    imported_pool released(std::move(*this));
+    pool_ = std::exchange(other.pool_, nullptr);
+  }
+  return *this;
+}
+
+ipc_memory_view imported_pool::open(const ipc_memory_handle& memory) const {
+  if (pool_ == nullptr) throw std::invalid_argument("imported_pool::open: the pool was moved from");
+  cudaMemPoolPtrExportData export_data = memory.export_data;  // CUDA takes it by non-const pointer
+  void* p = nullptr;
+  detail::check_cuda(cudaMemPoolImportPointer(&p, pool_, &export_data), [&] {
+    return fmt::format("cudaMemPoolImportPointer of {} bytes: the description is not of memory in this imported pool",
+                       memory.bytes);
+  });
+  return {p, memory.bytes};
+}
+
+// ---- ipc_memory_view ---------------------------------------------------------
+
+ipc_memory_view::ipc_memory_view(ipc_memory_view&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+ipc_memory_view& ipc_memory_view::operator=(ipc_memory_view&& other) noexcept {
+  if (this != &other) {
+    close();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void ipc_memory_view::close() noexcept {
+  if (data_ == nullptr) return;
+  if (cudaFree(data_) != cudaSuccess) static_cast<void>(cudaGetLastError());
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+// ---- the lifetime protocol ---------------------------------------------------
+
+void send_shared_memory(ipc_channel& channel, const pool_resource& resource, const void* p, std::size_t bytes,
+                        stream_ref stream) {
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
+  const file_descriptor pool_descriptor = export_pool(resource);
+  const shared_memory_message message{.memory = export_memory(p, bytes)};
+  channel.send_value(message, pool_descriptor.get());
+}
+
+shared_memory receive_shared_memory(ipc_channel& channel) {
+  auto [message, descriptor] = channel.receive_value_with_descriptor<shared_memory_message>();
+  check_header(message.header, message_kind::shared_memory, "receive_shared_memory");
+  if (!descriptor.is_open()) throw std::runtime_error("receive_shared_memory: the message carried no pool descriptor");
+  imported_pool pool(std::move(descriptor));
+  ipc_memory_view view = pool.open(message.memory);
+  return {std::move(pool), std::move(view)};
+}
+
+void release_shared_memory(ipc_channel& channel, shared_memory&& memory, stream_ref stream) {
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
+  {
+    shared_memory released = std::move(memory);  // closes the view, then the pool
+  }
+  channel.send_value(released_message{});
+}
+
+void wait_for_release(ipc_channel& channel) {
+  check_header(channel.receive_value<released_message>().header, message_kind::released, "wait_for_release");
+}
+
+}  // namespace cudapmr

@@ -1,0 +1,222 @@
+// Copies between pageable host memory and device-side memory through pinned
+// staging blocks: the host copy of one chunk (split over the thread pool)
+// overlaps the DMA of the previous ones.
+#include "cudapmr/detail/staged_copy.hpp"
+
+#include "cudapmr/detail/host_thread_pool.hpp"
+#include "cudapmr/detail/peer_copy.hpp"
+#include "cudapmr/detail/pointer_type.hpp"
+#include "cudapmr/device.hpp"
+#include "cudapmr/error.hpp"
+#include "cudapmr/pinned_memory_resource.hpp"
+
+#include <algorithm>
+#include <array>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace cudapmr::detail {
+namespace {
+
+constexpr std::size_t staging_set_bytes = staging_block_count * staging_block_bytes;
+
+/// One pipeline's pinned blocks, and for each an event that proves its last
+/// DMA finished. Events belong to a device, so a set serves the streams of one.
+class staging_set final {
+ public:
+  staging_set(pinned_memory_resource& pinned, int device) : pinned_(&pinned), device_(device) {
+    memory_ = static_cast<unsigned char*>(pinned.allocate(staging_set_bytes));
+    try {
+      const scoped_device guard(device);
+      for (cudaEvent_t& event : events_) CUDAPMR_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~staging_set() { release(); }
+  staging_set(const staging_set&) = delete;
+  staging_set& operator=(const staging_set&) = delete;
+
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] unsigned char* block(std::size_t index) const noexcept { return memory_ + index * staging_block_bytes; }
+
+  /// Blocks until the last DMA that used block `index` has finished. \throws cuda_error.
+  void wait_idle(std::size_t index) const { CUDAPMR_CHECK(cudaEventSynchronize(events_[index])); }
+  /// Marks block `index` in use by the work queued on `stream` so far. \throws cuda_error.
+  void in_use_until(std::size_t index, stream_ref stream) {
+    CUDAPMR_CHECK(cudaEventRecord(events_[index], stream.get()));
+  }
+
+ private:
+  /// Waits for the DMAs, then frees events and memory; errors are ignored (this
+  /// also runs at exit, and in a constructor that failed half-way).
+  void release() noexcept {
+    for (cudaEvent_t& event : events_) {
+      if (event == nullptr) continue;
+      static_cast<void>(cudaEventSynchronize(event));
+      static_cast<void>(cudaEventDestroy(event));
+      event = nullptr;
+    }
+    static_cast<void>(cudaGetLastError());
+    pinned_->deallocate(memory_, staging_set_bytes);
+  }
+
+  pinned_memory_resource* pinned_;
+  int device_;
+  unsigned char* memory_ = nullptr;
+  std::array<cudaEvent_t, staging_block_count> events_{};
+};
+
+/// The idle staging sets, by device, over a pinned pool of the library's own.
+/// Sets are made when every existing one is in use (by concurrent copies) and
+/// kept until exit, when the pool is destroyed with them.
+class staging_cache final {
+ public:
+  /// An idle set for `device`, or a new one. \throws out_of_memory, cuda_error.
+  std::unique_ptr<staging_set> acquire(int device) {
+    {
+      const std::lock_guard lock(mutex_);
+      const auto found = std::find_if(idle_.begin(), idle_.end(), [device](const auto& set) {
+        return set->device() == device;
+      });
+      if (found != idle_.end()) {
+        std::unique_ptr<staging_set> set = std::move(*found);
+        idle_.erase(found);
+        return set;
+      }
+    }
+    return std::make_unique<staging_set>(pinned_, device);
+  }
+
+  /// Keeps `set` for later copies (or frees it, should keeping it fail).
+  void release(std::unique_ptr<staging_set> set) noexcept {
+    try {
+      const std::lock_guard lock(mutex_);
+      idle_.push_back(std::move(set));
+    } catch (...) {  // `set` frees itself
+    }
+  }
+
+ private:
+  pinned_memory_resource pinned_{pinned_pool_options{}};  // declared first: destroyed after the sets
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<staging_set>> idle_;
+};
+
+staging_cache& the_staging_cache() {
+  // Created at the first staged copy, hence after CUDA's own initialization,
+  // so destroyed before CUDA's teardown at exit.
+  static staging_cache cache;
+  return cache;
+}
+
+/// A staging set held for one copy. A copy that fails part-way may have
+/// queued a DMA whose event was not recorded: the set is returned only after
+/// the stream has drained.
+class staging_lease final {
+ public:
+  explicit staging_lease(stream_ref stream)
+      : stream_(stream),
+        set_(the_staging_cache().acquire(stream_device(stream))),
+        exceptions_(std::uncaught_exceptions()) {}
+  ~staging_lease() {
+    if (std::uncaught_exceptions() > exceptions_) {
+      static_cast<void>(cudaStreamSynchronize(stream_.get()));
+      static_cast<void>(cudaGetLastError());
+    }
+    the_staging_cache().release(std::move(set_));
+  }
+  staging_lease(const staging_lease&) = delete;
+  staging_lease& operator=(const staging_lease&) = delete;
+
+  staging_set* operator->() const noexcept { return set_.get(); }
+
+ private:
+  stream_ref stream_;
+  std::unique_ptr<staging_set> set_;
+  int exceptions_;
+};
+
+/// The chunks of a staged copy: chunk `index` covers [offset(index), offset(index) + length(index)).
+struct chunking {
+  explicit chunking(std::size_t total) : bytes(total), chunk(staging_chunk_bytes(total)) {}
+  [[nodiscard]] std::size_t count() const noexcept { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); }
+  [[nodiscard]] std::size_t offset(std::size_t index) const noexcept { return index * chunk; }
+  [[nodiscard]] std::size_t length(std::size_t index) const noexcept { return std::min(chunk, bytes - offset(index)); }
+  static std::size_t block_of(std::size_t index) noexcept { return index % staging_block_count; }
+
+  std::size_t bytes;
+  std::size_t chunk;
+};
+
+void copy_async(void* destination, const void* source, std::size_t bytes, stream_ref stream) {
+  CUDAPMR_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get()));
+}
+
+bool is_device_side(const std::optional<cudaMemoryType>& type) noexcept {
+  return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
+}
+
+}  // namespace
+
+std::size_t staging_chunk_bytes(std::size_t bytes) noexcept {
+  const std::size_t quarter = bytes / staging_block_count;
+  const std::size_t rounded = (quarter + host_copy_granule - 1) / host_copy_granule * host_copy_granule;
+  return std::clamp(rounded, min_staging_chunk, staging_block_bytes);
+}
+
+bool try_staged_copy(void* destination, const void* source, std::size_t bytes, copy_direction direction,
+                     stream_ref stream) {
+  if (bytes < staged_copy_threshold) return false;
+  const bool to_device = direction == copy_direction::to_device;
+  if (pointer_memory_type(to_device ? source : destination) != cudaMemoryTypeUnregistered) return false;
+  if (!is_device_side(pointer_memory_type(to_device ? destination : source))) return false;
+  if (to_device) staged_copy_to_device(destination, source, bytes, stream);
+  else staged_copy_to_host(destination, source, bytes, stream);
+  return true;
+}
+
+void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) return;
+  const staging_lease staging(stream);
+  host_thread_pool& threads = host_copy_pool();
+  auto* to = static_cast<unsigned char*>(destination);
+  const auto* from = static_cast<const unsigned char*>(host_source);
+  const chunking chunks(bytes);
+  for (std::size_t index = 0; index < chunks.count(); ++index) {
+    const std::size_t block = chunking::block_of(index);
+    staging->wait_idle(block);
+    parallel_memcpy(staging->block(block), from + chunks.offset(index), chunks.length(index), threads);
+    copy_async(to + chunks.offset(index), staging->block(block), chunks.length(index), stream);
+    staging->in_use_until(block, stream);
+  }
+}
+
+void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream) {
+  if (bytes == 0) return;
+  const staging_lease staging(stream);
+  host_thread_pool& threads = host_copy_pool();
+  auto* to = static_cast<unsigned char*>(host_destination);
+  const auto* from = static_cast<const unsigned char*>(source);
+  const chunking chunks(bytes);
+  // DMA runs up to `staging_block_count` chunks ahead of the host copies.
+  auto fetch = [&](std::size_t index) {
+    const std::size_t block = chunking::block_of(index);
+    staging->wait_idle(block);
+    copy_async(staging->block(block), from + chunks.offset(index), chunks.length(index), stream);
+    staging->in_use_until(block, stream);
+  };
+  for (std::size_t index = 0; index < std::min(chunks.count(), staging_block_count); ++index) fetch(index);
+  for (std::size_t index = 0; index < chunks.count(); ++index) {
+    const std::size_t block = chunking::block_of(index);
+    staging->wait_idle(block);
+    parallel_memcpy(to + chunks.offset(index), staging->block(block), chunks.length(index), threads);
+    if (index + staging_block_count < chunks.count()) fetch(index + staging_block_count);
+  }
+}
+
+}  // namespace cudapmr::detail

@@ -1,0 +1,192 @@
+// Filling the GPU (through a device pool) and a capped pinned pool until
+// allocation fails: every further request throws out_of_memory naming what
+// was asked, no CUDA error is left behind, memory freed is allocated again,
+// and the data in the blocks that stayed is intact. Device memory only:
+// managed memory is never oversubscribed (it can stall the GPU).
+#include "support/resource_cases.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cudapmr::test {
+namespace {
+
+constexpr std::size_t gibibyte = std::size_t{1} << 30;
+
+/// compute-sanitizer's tools slow every access down and keep shadow state per
+/// byte; under them the device test fills a capped pool instead of the GPU.
+/// test/run_sanitizers.sh sets CUDAPMR_UNDER_COMPUTE_SANITIZER; the tools
+/// also load themselves through CUDA's injection variable.
+bool under_compute_sanitizer() {
+  if (std::getenv("CUDAPMR_UNDER_COMPUTE_SANITIZER") != nullptr) return true;
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  return injection != nullptr && std::string_view(injection).find("sanitizer") != std::string_view::npos;
+}
+
+struct stamped_block {
+  std::uint32_t* words;
+  std::size_t bytes;
+  std::uint32_t seed;
+};
+
+/// Fills a resource with stamped blocks, then checks and frees them.
+class filler {
+ public:
+  filler(stream_ordered_resource& resource, stream_ref stream) : resource_(resource), stream_(stream) {
+    // Allocated up front: once the memory is gone, the check cannot allocate its counter.
+    counter_ = static_cast<unsigned long long*>(resource_.allocate_async(sizeof(unsigned long long), stream_));
+  }
+  ~filler() {
+    for (const stamped_block& block : blocks_) resource_.deallocate_async(block.words, block.bytes, stream_);
+    resource_.deallocate_async(counter_, sizeof(unsigned long long), stream_);
+    static_cast<void>(cudaStreamSynchronize(stream_.get()));
+  }
+  filler(const filler&) = delete;
+  filler& operator=(const filler&) = delete;
+
+  /// Allocates blocks of each size in turn, largest first, until the resource
+  /// refuses that size; returns how many blocks were allocated.
+  std::size_t fill(const std::vector<std::size_t>& sizes) {
+    std::size_t added = 0;
+    for (const std::size_t bytes : sizes) {
+      while (try_add(bytes)) ++added;
+    }
+    return added;
+  }
+
+  /// Allocates and stamps one block; false when the resource is out of memory.
+  bool try_add(std::size_t bytes) {
+    void* p = nullptr;
+    try {
+      p = resource_.allocate_async(bytes, stream_);
+    } catch (const out_of_memory&) {
+      EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "out_of_memory left a CUDA error behind";
+      return false;
+    }
+    const auto seed = static_cast<std::uint32_t>(0x9e3779b9u * (next_seed_++));
+    blocks_.push_back({static_cast<std::uint32_t*>(p), bytes, seed});
+    write_sequence(blocks_.back().words, bytes / sizeof(std::uint32_t), seed, stream_);
+    // The first check loads the checking kernel while memory is left to load it.
+    if (blocks_.size() == 1) {
+      EXPECT_EQ(mismatches(blocks_.back()), 0u);
+    }
+    return true;
+  }
+
+  /// Frees every other block (the second, fourth...), in stream order; returns their sizes.
+  std::vector<std::size_t> free_every_other() {
+    std::vector<std::size_t> freed;
+    std::vector<stamped_block> kept;
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      if (i % 2 == 1) {
+        resource_.deallocate_async(blocks_[i].words, blocks_[i].bytes, stream_);
+        freed.push_back(blocks_[i].bytes);
+      } else {
+        kept.push_back(blocks_[i]);
+      }
+    }
+    blocks_ = std::move(kept);
+    return freed;
+  }
+
+  /// The words of `block` that lost their stamp.
+  std::size_t mismatches(const stamped_block& block) {
+    return count_sequence_mismatches(block.words, block.bytes / sizeof(std::uint32_t), block.seed, stream_, counter_);
+  }
+  /// Blocks whose stamp was overwritten, by index.
+  std::vector<std::size_t> damaged_blocks() {
+    std::vector<std::size_t> damaged;
+    for (std::size_t i = 0; i < blocks_.size(); ++i)
+      if (mismatches(blocks_[i]) != 0) damaged.push_back(i);
+    return damaged;
+  }
+
+  [[nodiscard]] std::size_t block_count() const noexcept { return blocks_.size(); }
+  [[nodiscard]] std::size_t bytes() const noexcept {
+    std::size_t total = 0;
+    for (const stamped_block& block : blocks_) total += block.bytes;
+    return total;
+  }
+
+ private:
+  stream_ordered_resource& resource_;
+  stream_ref stream_;
+  unsigned long long* counter_ = nullptr;
+  std::vector<stamped_block> blocks_;
+  std::uint32_t next_seed_ = 1;
+};
+
+/// Every request of `sizes` is refused with an out_of_memory that names the
+/// bytes, the resource and CUDA's answer, and leaves no CUDA error behind.
+void expect_every_request_refused(stream_ordered_resource& resource, stream_ref stream,
+                                  const std::vector<std::size_t>& sizes) {
+  for (const std::size_t bytes : sizes) {
+    try {
+      void* p = resource.allocate_async(bytes, stream);
+      resource.deallocate_async(p, bytes, stream);
+      ADD_FAILURE() << "a request of " << bytes << " bytes succeeded on a full " << resource.description();
+    } catch (const out_of_memory& error) {
+      const std::string message = error.what();
+      EXPECT_EQ(error.requested_bytes(), bytes);
+      EXPECT_NE(message.find(std::to_string(bytes) + " bytes"), std::string::npos) << message;
+      EXPECT_NE(message.find(resource.description()), std::string::npos) << message;
+      EXPECT_NE(message.find("cudaErrorMemoryAllocation"), std::string::npos) << message;
+    }
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a refusal of " << bytes << " bytes left a CUDA error behind";
+    EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  }
+  // The buffer and the pmr paths refuse the same way.
+  EXPECT_THROW({ const buffer<std::uint32_t> refused(resource, sizes.back() / sizeof(std::uint32_t), stream); },
+               out_of_memory);
+  EXPECT_THROW(static_cast<void>(resource.allocate(sizes.back())), out_of_memory);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+/// The whole scenario over a pool: fill, refuse, free half, allocate again, check.
+void exhaust_and_recover(pool_resource& pool, const std::vector<std::size_t>& sizes) {
+  const cudapmr::stream stream(0);
+  {
+    filler blocks(pool, stream);
+    ASSERT_GT(blocks.fill(sizes), 2u) << "too little memory to fill in blocks of " << sizes.front() << " bytes";
+    expect_every_request_refused(pool, stream, {sizes.back(), sizes.front(), sizes.front() * 4});
+
+    const std::vector<std::size_t> freed = blocks.free_every_other();
+    stream.synchronize();
+    for (const std::size_t bytes : freed)
+      EXPECT_TRUE(blocks.try_add(bytes)) << "a freed block of " << bytes << " bytes could not be allocated again";
+    EXPECT_EQ(blocks.damaged_blocks(), std::vector<std::size_t>{}) << "blocks whose stamps were overwritten";
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  }
+  // Everything given back and released, so that later tests find the memory.
+  EXPECT_EQ(pool.stats().used_current, 0u);
+  pool.trim_to(0);
+  EXPECT_EQ(pool.stats().reserved_current, 0u);
+}
+
+TEST(Exhaustion, FullGpuRefusesEveryRequestAndRecovers) {
+  CUDAPMR_REQUIRE_GPU();
+  const device gpu(0);
+  const std::size_t free_before = gpu.free_memory();
+  {
+    // An owned pool that may take the whole GPU; capped under compute-sanitizer.
+    const std::size_t cap = under_compute_sanitizer() ? 4 * gibibyte : 0;
+    device_memory_resource pool(0, device_pool_options{.max_size = cap});
+    exhaust_and_recover(pool, {4 * gibibyte, gibibyte, 256 * mebibyte, 64 * mebibyte, 16 * mebibyte, 2 * mebibyte});
+  }
+  // The pool is gone and trimmed: the memory is back (what CUDA itself keeps may move a little).
+  EXPECT_GE(gpu.free_memory() + 256 * mebibyte, free_before);
+}
+
+TEST(Exhaustion, CappedPinnedPoolRefusesEveryRequestAndRecovers) {
+  CUDAPMR_REQUIRE_GPU();
+  pinned_memory_resource pool(pinned_pool_options{.max_size = gibibyte});
+  exhaust_and_recover(pool, {64 * mebibyte, 2 * mebibyte});
+}
+
+}  // namespace
+}  // namespace cudapmr::test

@@ -1,0 +1,12 @@
+# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): the full stress run
+# (issue 5): 10^6 random operations by 16 threads over 4 streams across every
+# resource and adaptor stack; it prints its totals and operations per second.
+stress_binary=$build/apps/stress/cudapmr_stress
+if [[ -x $stress_binary ]]; then
+  timeout 300 "$stress_binary" --operations 1000000 --threads 16 --streams 4 >"$out/stress.log" 2>&1
+  stress_rc=$?
+  verdict "stress (10^6 operations, 16 threads, 4 streams)" 0 $stress_rc "$(tail -1 "$out/stress.log")"
+  cat "$out/stress.log"
+else
+  verdict "stress" 0 1 "$stress_binary was not built"
+fi

@@ -1,0 +1,138 @@
+// Sharing pool memory with another process (ipc.hpp): the lifetime protocol
+// end to end with a second process on the same GPU, and the refusals.
+#include "support/gpu.hpp"
+
+#include <cudapmr/buffer.hpp>
+#include <cudapmr/device_memory_resource.hpp>
+#include <cudapmr/error.hpp>
+#include <cudapmr/ipc.hpp>
+#include <cudapmr/process.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cudapmr::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::size_t word_count = (std::size_t{16} << 20) / sizeof(std::uint32_t);
+
+/// The peer program, built next to this test binary.
+std::filesystem::path peer_program() { return current_executable().parent_path() / "cudapmr_ipc_peer"; }
+
+/// Starts the peer in `role` and accepts its connection; gives up at once if the peer ends first.
+struct peer_connection {
+  peer_connection(ipc_listener& listener, std::vector<std::string> role)
+      : process(peer_program(), [&] {
+          role.insert(role.begin(), listener.socket_path().string());
+          return role;
+        }()),
+        channel(listener.accept(60s, [this] { return !process.try_wait(); })) {}
+
+  child_process process;
+  ipc_channel channel;
+};
+
+TEST(Ipc, AnotherProcessReadsAndWritesThePoolsMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource pool(0, device_pool_options{.ipc_enabled = true});
+  const cudapmr::stream stream(0);
+  std::vector<std::uint32_t> words(word_count);
+  std::iota(words.begin(), words.end(), 1000u);
+  buffer<std::uint32_t> shared(pool, word_count, stream);
+  shared.copy_from(std::span<const std::uint32_t>(words), stream);
+
+  ipc_listener listener;
+  peer_connection peer(listener, {"verify-and-write", "1000", "5000"});
+  send_shared_memory(peer.channel, pool, shared, stream);
+  wait_for_release(peer.channel);  // the peer has closed its view: the memory may go from here on
+  EXPECT_EQ(peer.process.wait(), 0) << "the peer saw other values than the ones written here";
+
+  shared.copy_to(std::span<std::uint32_t>(words), stream);
+  stream.synchronize();
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < words.size(); ++i) mismatches += words[i] != 5000u + static_cast<std::uint32_t>(i);
+  EXPECT_EQ(mismatches, 0u) << "the peer's writes are not visible here";
+}
+
+/// Starts the peer in `role`, lets `send` tell it about a buffer of an IPC
+/// pool, and returns the peer's exit status (0: it could not open the memory).
+/// The pool is exported as a real exporter's would be (CUDA describes memory
+/// only of a pool already shared), but its descriptor never leaves this process.
+template <class Send>
+int refusing_peer_status(const char* role, Send send) {
+  device_memory_resource pool(0, device_pool_options{.ipc_enabled = true});
+  const cudapmr::stream stream(0);
+  buffer<std::uint32_t> shared(pool, 1024, stream);
+  stream.synchronize();
+  const file_descriptor kept_here = export_pool(pool);
+  ipc_listener listener;
+  peer_connection peer(listener, {role});
+  send(peer.channel, shared);
+  return peer.process.wait();
+}
+
+TEST(Ipc, AProcessWithoutThePoolsDescriptorCannotOpenTheMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  const int status = refusing_peer_status("without-descriptor", [](ipc_channel& channel, const buffer<std::uint32_t>& shared) {
+    channel.send_value(export_memory(shared));  // the description alone
+  });
+  EXPECT_EQ(status, 0) << "the peer opened memory it had no descriptor for";
+}
+
+TEST(Ipc, AnotherPoolsDescriptorDoesNotOpenTheMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  const device_memory_resource other_pool(0, device_pool_options{.ipc_enabled = true});
+  const int status = refusing_peer_status("wrong-pool", [&](ipc_channel& channel, const buffer<std::uint32_t>& shared) {
+    const file_descriptor other_descriptor = export_pool(other_pool);
+    channel.send_value(export_memory(shared), other_descriptor.get());
+  });
+  EXPECT_EQ(status, 0) << "the peer opened the memory through another pool";
+}
+
+TEST(Ipc, APoolWithoutIpcCannotBeExported) {
+  CUDAPMR_REQUIRE_GPU();
+  const device_memory_resource pool(0, device_pool_options{});
+  try {
+    static_cast<void>(export_pool(pool));
+    ADD_FAILURE() << "a pool made without ipc_enabled was exported";
+  } catch (const cuda_error& error) {
+    EXPECT_NE(std::string(error.what()).find("ipc_enabled"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Ipc, ADescriptorThatIsNotAPoolIsRefused) {
+  CUDAPMR_REQUIRE_GPU();
+  EXPECT_THROW(imported_pool pool(file_descriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC))), cuda_error);
+}
+
+TEST(Ipc, AClosedDescriptorIsRefusedBeforeCudaIsAsked) {
+  try {
+    const imported_pool pool{file_descriptor{}};
+    ADD_FAILURE() << "imported a pool from no descriptor";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("closed"), std::string::npos) << error.what();
+  }
+}
+
+TEST(Ipc, ExportingNullMemoryIsRefused) {
+  EXPECT_THROW(static_cast<void>(export_memory(nullptr, 64)), std::invalid_argument);
+}
+
+TEST(Ipc, ReceivingSomethingElseThanSharedMemoryIsRefused) {
+  auto [exporter, importer] = ipc_channel::make_pair(1s);
+  exporter.send_value(std::uint64_t{42});
+  EXPECT_THROW(static_cast<void>(receive_shared_memory(importer)), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace cudapmr::test

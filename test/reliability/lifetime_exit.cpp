@@ -1,0 +1,108 @@
+// Processes that end with memory still held, one scenario per run, each of
+// which must exit with status 0 and never crash on the way out:
+//   cudapmr_lifetime_exit host-static   static adaptors over a static host
+//                                       resource, caches full, and a static
+//                                       buffer that outlives its resource
+//   cudapmr_lifetime_exit gpu-pooled    the default resources with memory
+//                                       pooled, a static caching_resource and
+//                                       a pinned pool's pmr cache full, a
+//                                       buffer that outlives its stream and
+//                                       one that outlives its resource
+//   cudapmr_lifetime_exit gpu-exit      std::exit with resources, buffers and
+//                                       streams alive on the stack
+// Exit status 77 where a GPU scenario finds no GPU (CTest reports a skip).
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/statistics_adaptor.hpp>
+#include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include <cudapmr/cudapmr.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory_resource>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr int exit_skipped = 77;
+
+/// Allocates and frees a mix of sizes through `resource`'s pmr and stream-ordered
+/// paths, so that its caches and pool keep memory when the process ends.
+void leave_memory_pooled(cudapmr::stream_ordered_resource& resource, cudapmr::stream_ref stream) {
+  std::vector<void*> blocks;
+  for (std::size_t bytes = 256; bytes <= (std::size_t{1} << 22); bytes *= 4) {
+    blocks.push_back(resource.allocate_async(bytes, stream));
+    void* p = resource.allocate(bytes);
+    resource.deallocate(p, bytes);
+  }
+  std::size_t bytes = 256;
+  for (void* p : blocks) {
+    resource.deallocate_async(p, bytes, stream);
+    bytes *= 4;
+  }
+}
+
+int host_static() {
+  // Constructed in this order, destroyed in the reverse one at exit: the
+  // buffer (empty until it is given memory below) outlives every resource.
+  static cudapmr::buffer<int> outliving;
+  static cudapmr::host_memory_resource host;
+  static cudapmr::caching_resource caching(host);
+  static cudapmr::statistics_adaptor statistics(caching);
+  static cudapmr::tracking_adaptor tracking(statistics);
+  leave_memory_pooled(tracking, cudapmr::stream_ref{});
+  outliving = cudapmr::buffer<int>(tracking, 1000, cudapmr::stream_ref{});
+  static std::pmr::vector<int> values(1000, 7, &caching);  // destroyed before its resource
+  std::puts("host-static: returning from main with caches full and a buffer open");
+  return 0;
+}
+
+int gpu_pooled() {
+  static cudapmr::buffer<float> outliving_stream;
+  static cudapmr::buffer<float> outliving_resource;
+  static std::optional<cudapmr::stream> stream;
+  static cudapmr::pinned_memory_resource pinned(cudapmr::pinned_pool_options{});
+  static cudapmr::caching_resource caching(cudapmr::default_device_resource(0));
+  static cudapmr::managed_memory_resource managed;
+  stream.emplace(0);
+  leave_memory_pooled(cudapmr::default_device_resource(0), *stream);
+  leave_memory_pooled(caching, *stream);
+  leave_memory_pooled(pinned, *stream);
+  leave_memory_pooled(managed, *stream);
+  static std::pmr::vector<double> pinned_values(4096, 1.5, &pinned);  // frees into the pmr cache at exit
+  outliving_stream = cudapmr::buffer<float>(cudapmr::default_device_resource(0), 4096, *stream);
+  outliving_resource = cudapmr::buffer<float>(pinned, 4096, *stream);
+  outliving_stream.fill(2.0f, *stream);
+  std::puts("gpu-pooled: returning from main with pools, caches and buffers holding memory");
+  return 0;
+}
+
+[[noreturn]] void gpu_exit() {
+  const cudapmr::stream stream(0);
+  cudapmr::device_memory_resource owned(0, cudapmr::device_pool_options{.initial_size = std::size_t{1} << 24});
+  cudapmr::caching_resource caching(owned);
+  cudapmr::buffer<int> open(caching, 1 << 20, stream);
+  open.fill(3, stream);
+  leave_memory_pooled(caching, stream);
+  std::puts("gpu-exit: calling std::exit with everything alive");
+  std::fflush(stdout);
+  std::exit(0);  // no destructor of this frame runs: the driver takes the memory back
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string_view scenario = argc > 1 ? argv[1] : "";
+  if (scenario == "host-static") return host_static();
+  if (scenario != "gpu-pooled" && scenario != "gpu-exit") {
+    std::fprintf(stderr, "usage: cudapmr_lifetime_exit host-static|gpu-pooled|gpu-exit\n");
+    return 2;
+  }
+  if (cudapmr::device::count() == 0) {
+    std::puts("no CUDA device was found: skipped");
+    return exit_skipped;
+  }
+  if (scenario == "gpu-pooled") return gpu_pooled();
+  gpu_exit();
+}

@@ -197,6 +197,7 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
 }
 
 void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
   if (is_cacheable(bytes, alignment)) {
     // Whole size classes, so that any block may later enter the pmr cache.
     const std::size_t size_class = detail::size_class_of(bytes);

@@ -126,11 +126,21 @@ TEST_F(ManagedOperations, ReadMostlyAdviceIsRecordedOrRefusedByThePool) {
   EXPECT_EQ(range_attribute(p, bytes, cudaMemRangeAttributeReadMostly), 0);
 }
 
-TEST_F(ManagedOperations, LocationAdviceIsRecordedAndUndone) {
+TEST_F(ManagedOperations, LocationAdviceIsRecordedAndUndoneOrRefusedByThePool) {
   buffer<float> values(*managed_, mebibyte, *stream_);
   stream_->synchronize();
   const void* p = values.data();
   const std::size_t bytes = values.size_bytes();
+  // As for read-mostly, CUDA 13.0's driver refuses location advice for memory
+  // of managed pools; the refusal must name the advice and CUDA's answer.
+  try {
+    values.advise(managed_advice::set_preferred_location, memory_location::device(0));
+  } catch (const cuda_error& error) {
+    EXPECT_EQ(error.error(), cudaErrorNotSupported) << error.what();
+    EXPECT_NE(std::string(error.what()).find("set_preferred_location"), std::string::npos) << error.what();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    return;
+  }
 
   values.advise(managed_advice::set_preferred_location, memory_location::device(0));
   EXPECT_EQ(range_attribute(p, bytes, cudaMemRangeAttributePreferredLocationType), cudaMemLocationTypeDevice);

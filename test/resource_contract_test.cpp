@@ -103,6 +103,10 @@ TYPED_TEST(ResourceContract, ZeroBytesRoundTrip) {
   this->resource().deallocate_async(p, 0, this->test_stream());
   void* q = this->resource().allocate(0);
   this->resource().deallocate(q, 0);
+  // Over-aligned too: no padding is ever allocated for nothing.
+  void* aligned = this->resource().allocate_async(0, 4096, this->test_stream());
+  EXPECT_EQ(aligned, nullptr);
+  this->resource().deallocate_async(aligned, 0, 4096, this->test_stream());
   this->synchronize();
 }
 

@@ -36,6 +36,8 @@ tool_options() {
 count_errors() {
   local summaries
   summaries=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$1" | grep -oE '[0-9]+')
+  # racecheck may sum up its hazards in a line of its own instead.
+  [[ -z $summaries ]] && summaries=$(grep -oE 'RACECHECK SUMMARY: .*\(([0-9]+) error' "$1" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+')
   if [[ -z $summaries ]]; then echo missing; else echo "$summaries" | awk '{ sum += $1 } END { print sum }'; fi
 }
 

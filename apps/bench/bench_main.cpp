@@ -10,7 +10,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,6 +34,10 @@ struct measurement {
 /// The console reporter, also keeping every result for the summary.
 class summarizing_reporter final : public benchmark::ConsoleReporter {
  public:
+  /// Colours only on a terminal, so that logs stay greppable.
+  summarizing_reporter()
+      : ConsoleReporter(::isatty(::fileno(stdout)) != 0 ? OO_Defaults : OO_Tabular) {}
+
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& run : runs) {

@@ -381,8 +381,13 @@ class worker {
   void fill(block& filled) {
     const auto value = static_cast<std::uint8_t>(pick(256));
     filled.expected = pattern{0, true, value, 0};
-    if (filled.where->pageable()) std::memset(filled.data, value, filled.bytes);
-    else if (filled.bytes != 0) CUDAPMR_CHECK(cudaMemsetAsync(filled.data, value, filled.bytes, stream_.get()));
+    if (filled.bytes == 0) {
+      // nothing to write (and memset takes no null pointer)
+    } else if (filled.where->pageable()) {
+      std::memset(filled.data, value, filled.bytes);
+    } else {
+      CUDAPMR_CHECK(cudaMemsetAsync(filled.data, value, filled.bytes, stream_.get()));
+    }
     filled.where->fills.fetch_add(1, std::memory_order_relaxed);
   }
 

@@ -96,7 +96,7 @@ class stack {
   stream_ordered_resource& top() { return tracking_; }
 
   void allocate(input& in) {
-    const std::size_t bytes = in.byte() % 4 == 0 ? cap + in.below(64) : in.below(4096);
+    const std::size_t bytes = in.byte() % 4 == 0 ? cap + 1 + in.below(64) : in.below(4096);  // past the cap, or small
     block made{nullptr, bytes, std::size_t{1} << in.below(13), in.below(stream_count), in.byte() % 4 == 0,
                in.byte()};
     void* p = nullptr;

@@ -1,12 +1,17 @@
 #include "cudapmr/detail/block_cache.hpp"
 
+#include "cudapmr/detail/thread_ordinal.hpp"
+
 namespace cudapmr::detail {
 
-std::size_t this_thread_shard() noexcept {
-  static std::atomic<std::size_t> next{0};
-  thread_local const std::size_t index = next.fetch_add(1, std::memory_order_relaxed);
-  return index;
+namespace {
+
+/// The calling thread's shard among `count`.
+std::size_t this_thread_shard(std::size_t count) noexcept {
+  return static_cast<std::size_t>(thread_ordinal() % count);
 }
+
+}  // namespace
 
 // ---- free_lists -------------------------------------------------------------
 
@@ -52,14 +57,14 @@ void* ready_block_cache::take_from(shard& from, std::size_t size_class) noexcept
 }
 
 void* ready_block_cache::take(std::size_t size_class) noexcept {
-  const std::size_t own = this_thread_shard() % shard_count;
+  const std::size_t own = this_thread_shard(shard_count);
   for (std::size_t offset = 0; offset < shard_count; ++offset)
     if (void* pointer = take_from(shards_[(own + offset) % shard_count], size_class)) return pointer;
   return nullptr;
 }
 
 bool ready_block_cache::give(std::size_t size_class, void* pointer) noexcept {
-  shard& own = shards_[this_thread_shard() % shard_count];
+  shard& own = shards_[this_thread_shard(shard_count)];
   const std::lock_guard lock(own.mutex);
   const bool kept = own.lists.push(size_class, pointer);
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
@@ -191,7 +196,7 @@ std::size_t stream_block_cache::blocks() const {
 
 // ---- cache_counters -------------------------------------------------------------
 
-cache_counters::counters& cache_counters::local() noexcept { return shards_[this_thread_shard() % shards_.size()]; }
+cache_counters::counters& cache_counters::local() noexcept { return shards_[this_thread_shard(shards_.size())]; }
 
 std::uint64_t cache_counters::hits() const noexcept {
   std::uint64_t total = 0;

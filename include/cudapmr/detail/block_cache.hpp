@@ -16,9 +16,6 @@
 
 namespace cudapmr::detail {
 
-/// A small, stable index of the calling thread, for sharding.
-[[nodiscard]] std::size_t this_thread_shard() noexcept;
-
 /// A freed block and its size class.
 struct cached_block {
   void* pointer;

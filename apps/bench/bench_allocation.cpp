@@ -31,35 +31,31 @@ void check(cudaError_t status, const char* call) {
 
 // ---- the entrants -------------------------------------------------------------
 
-class cuda_malloc final : public allocator_under_test {
+/// A synchronous CUDA allocator: cudaMalloc, cudaMallocHost or cudaMallocManaged
+/// with its matching free; streams play no part.
+class synchronous_cuda_allocator final : public allocator_under_test {
  public:
+  using allocate_function = cudaError_t (*)(void**, std::size_t);
+  using free_function = cudaError_t (*)(void*);
+  synchronous_cuda_allocator(allocate_function allocate_call, free_function free_call) noexcept
+      : allocate_(allocate_call), free_(free_call) {}
   void* allocate(std::size_t bytes, cudaStream_t) override {
     void* p = nullptr;
-    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    check(allocate_(&p, bytes), "a synchronous CUDA allocation");
     return p;
   }
-  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFree(p), "cudaFree"); }
+  void deallocate(void* p, std::size_t, cudaStream_t) override { check(free_(p), "a synchronous CUDA free"); }
+
+ private:
+  allocate_function allocate_;
+  free_function free_;
 };
 
-class cuda_malloc_host final : public allocator_under_test {
- public:
-  void* allocate(std::size_t bytes, cudaStream_t) override {
-    void* p = nullptr;
-    check(cudaMallocHost(&p, bytes), "cudaMallocHost");
-    return p;
-  }
-  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFreeHost(p), "cudaFreeHost"); }
-};
-
-class cuda_malloc_managed final : public allocator_under_test {
- public:
-  void* allocate(std::size_t bytes, cudaStream_t) override {
-    void* p = nullptr;
-    check(cudaMallocManaged(&p, bytes), "cudaMallocManaged");
-    return p;
-  }
-  void deallocate(void* p, std::size_t, cudaStream_t) override { check(cudaFree(p), "cudaFree"); }
-};
+cudaError_t malloc_device(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t malloc_host(void** p, std::size_t bytes) { return cudaMallocHost(p, bytes); }
+cudaError_t malloc_managed(void** p, std::size_t bytes) { return cudaMallocManaged(p, bytes); }
+cudaError_t free_device(void* p) { return cudaFree(p); }
+cudaError_t free_host(void* p) { return cudaFreeHost(p); }
 
 /// cudaMallocAsync / cudaFreeAsync, or the same from a given pool.
 class cuda_pool final : public allocator_under_test {
@@ -148,20 +144,20 @@ std::vector<entrant> entrants() {
   auto pinned_pool = [] { return std::make_shared<cudapmr::pinned_memory_resource>(); };
   auto managed_pool = [] { return std::make_shared<cudapmr::managed_memory_resource>(); };
   return {
-      {"device", "peer:cudaMalloc", true, [] { return std::make_unique<cuda_malloc>(); }},
+      {"device", "peer:cudaMalloc", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_device, free_device); }},
       {"device", "peer:cudaMallocAsync", false,
        [=] { return std::make_unique<cuda_pool>(default_pool(device0, cudaMemAllocationTypePinned)); }},
       {"device", "peer:cub::CachingDeviceAllocator", false, [] { return make_cub_caching_allocator(false); }},
       {"device", "peer:cub::CachingDeviceAllocator(tuned)", false, [] { return make_cub_caching_allocator(true); }},
       {"device", "cudapmr:device_memory_resource", false, [=] { return ours(device_pool(), false); }},
       {"device", "cudapmr:caching_resource(device)", false, [=] { return ours_caching(device_pool(), false); }},
-      {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<cuda_malloc_host>(); }},
+      {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return std::make_unique<cuda_pool>(default_pool(host, cudaMemAllocationTypePinned)); }},
       {"pinned", "cudapmr:pinned_memory_resource(pmr)", false, [=] { return ours(pinned_pool(), true); }},
       {"pinned", "cudapmr:pinned_memory_resource(async)", false, [=] { return ours(pinned_pool(), false); }},
       {"pinned", "cudapmr:caching_resource(pinned)", false, [=] { return ours_caching(pinned_pool(), false); }},
-      {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<cuda_malloc_managed>(); }},
+      {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_managed, free_device); }},
       {"managed", "peer:managed pool (cudaMallocFromPoolAsync)", false,
        [=] { return std::make_unique<cuda_pool>(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
       {"managed", "cudapmr:managed_memory_resource(pmr)", false, [=] { return ours(managed_pool(), true); }},

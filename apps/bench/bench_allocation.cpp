@@ -176,6 +176,17 @@ cudaStream_t new_stream() {
   return stream;
 }
 
+/// The timed loop of the pair workloads: one allocate + free per iteration.
+void time_pairs(benchmark::State& state, allocator_under_test& allocator, std::size_t bytes, cudaStream_t stream) {
+  for (auto _ : state) {
+    void* p = allocator.allocate(bytes, stream);
+    benchmark::DoNotOptimize(p);
+    allocator.deallocate(p, bytes, stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  state.SetItemsProcessed(state.iterations());
+}
+
 /// One allocate + free of `bytes` per iteration, on one non-blocking stream.
 void pairs(benchmark::State& state, const entrant& who, std::size_t bytes) {
   const cudaStream_t stream = new_stream();
@@ -183,15 +194,9 @@ void pairs(benchmark::State& state, const entrant& who, std::size_t bytes) {
     const auto allocator = who.make();
     for (int i = 0; i < 100; ++i) allocator->deallocate(allocator->allocate(bytes, stream), bytes, stream);
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    for (auto _ : state) {
-      void* p = allocator->allocate(bytes, stream);
-      benchmark::DoNotOptimize(p);
-      allocator->deallocate(p, bytes, stream);
-    }
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    time_pairs(state, *allocator, bytes, stream);
   }
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  state.SetItemsProcessed(state.iterations());
 }
 
 /// The random mix: up to 1,000 live allocations of 256 B .. 4 MiB (uniform,
@@ -249,15 +254,8 @@ void mix(benchmark::State& state, const entrant& who) {
 /// Many threads, each on its own stream, 64 KiB pairs; one allocator shared.
 void threads(benchmark::State& state, const std::shared_ptr<allocator_under_test>& allocator) {
   const cudaStream_t stream = new_stream();
-  constexpr std::size_t bytes = 64 * kibibyte;
-  for (auto _ : state) {
-    void* p = allocator->allocate(bytes, stream);
-    benchmark::DoNotOptimize(p);
-    allocator->deallocate(p, bytes, stream);
-  }
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  time_pairs(state, *allocator, 64 * kibibyte, stream);
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
-  state.SetItemsProcessed(state.iterations());
 }
 
 /// Each thread on its own stream allocates 1 MiB, launches a kernel over it

@@ -4,6 +4,7 @@
 #include "cudapmr/detail/staged_copy.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
+#include "cudapmr/sanitizer_annotations.hpp"
 
 #include <fmt/format.h>
 
@@ -32,28 +33,36 @@ void throw_closed_buffer(const char* operation) {
   throw std::invalid_argument(fmt::format("{}: the buffer is closed or moved-from and owns no memory", operation));
 }
 
-void copy_bytes(void* destination, bool destination_pageable, const void* source, bool source_pageable,
-                std::size_t bytes, stream_ref stream) {
+void copy_bytes(void* destination, copy_end to, const void* source, copy_end from, std::size_t bytes,
+                stream_ref stream) {
   if (bytes == 0) return;
-  if (destination_pageable && source_pageable) {
+  const bool to_pageable = to.kind == memory_kind::pageable;
+  const bool from_pageable = from.kind == memory_kind::pageable;
+  if (to_pageable && from_pageable) {
     std::memcpy(destination, source, bytes);
     return;
   }
   // Large copies between pageable host memory and device or managed memory go
   // through pinned staging, several times faster than the driver's pageable path.
-  if (destination_pageable != source_pageable &&
-      try_staged_copy(destination, source, bytes,
-                      source_pageable ? copy_direction::to_device : copy_direction::to_host, stream))
+  if (to_pageable != from_pageable &&
+      try_staged_copy(destination, source, bytes, from_pageable ? copy_direction::to_device : copy_direction::to_host,
+                      stream))
     return;
   // Device memory of two devices: peer to peer where they reach each other, staged otherwise.
-  if (!destination_pageable && !source_pageable && try_copy_between_devices(destination, source, bytes, stream))
+  if (to.kind == memory_kind::device && from.kind == memory_kind::device && to.device != from.device) {
+    copy_between_devices(destination, to.device, source, from.device, bytes, stream,
+                         route_between_devices(to.device, from.device));
     return;
+  }
   if (const cudaError_t status = cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get());
       status != cudaSuccess) {
     static_cast<void>(cudaGetLastError());
     throw cuda_error(status, fmt::format("cudaMemcpyAsync of {} bytes from {} to {} on stream {}", bytes,
                                          fmt::ptr(source), fmt::ptr(destination), fmt::ptr(stream.get())));
   }
+  // Between host ends the driver copies with the CPU, out of initcheck's sight.
+  if (to.kind == memory_kind::pinned && (from_pageable || from.kind == memory_kind::pinned))
+    mark_initialized(destination, bytes, stream);
 }
 
 void fill_pattern(void* destination, std::size_t count, const void* value, std::size_t value_bytes,

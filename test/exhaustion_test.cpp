@@ -178,8 +178,11 @@ TEST(Exhaustion, FullGpuRefusesEveryRequestAndRecovers) {
     device_memory_resource pool(0, device_pool_options{.max_size = cap});
     exhaust_and_recover(pool, {4 * gibibyte, gibibyte, 256 * mebibyte, 64 * mebibyte, 16 * mebibyte, 2 * mebibyte});
   }
-  // The pool is gone and trimmed: the memory is back (what CUDA itself keeps may move a little).
-  EXPECT_GE(gpu.free_memory() + 256 * mebibyte, free_before);
+  // The pool is gone and trimmed: the memory is back (what CUDA itself keeps may
+  // move a little). Not under the sanitizer script, whose shards share the GPU.
+  if (!under_compute_sanitizer()) {
+    EXPECT_GE(gpu.free_memory() + 256 * mebibyte, free_before);
+  }
 }
 
 TEST(Exhaustion, CappedPinnedPoolRefusesEveryRequestAndRecovers) {

@@ -3,20 +3,25 @@
 # stress run, on a machine with a GPU; one summary line per tool:
 #   test/run_sanitizers.sh [build-dir]
 # Logs go to $OUT/sanitizers (or /tmp/cudapmr-gpu/sanitizers). SANITIZER_TOOLS
-# picks tools ("memcheck racecheck initcheck synccheck" by default). Exit
-# status 0 when every tool reports zero errors on every program.
+# picks tools ("memcheck racecheck initcheck synccheck" by default) and
+# SANITIZER_SHARDS how many parts the suite is split into (gtest sharding).
+# Every tool, shard and program runs at once: under the tools the suite is
+# CPU-bound, and one tool after another over the whole suite takes many
+# minutes. Exit status 0 when every tool reports zero errors on every program.
 #
 # The suite provokes allocation failures on purpose, so CUDA API error
 # reports are off for it; they stay on for the demo and the stress run, which
 # must make no failing CUDA call. CUDAPMR_UNDER_COMPUTE_SANITIZER tells the
 # exhaustion test to fill a capped pool instead of the whole GPU, which the
-# tools' per-byte shadow state would make slow.
+# tools' per-byte shadow state would make slow (and which the shards share).
 set -uo pipefail
 build=${1:-build}
 logs=${OUT:-/tmp/cudapmr-gpu}/sanitizers
 mkdir -p "$logs"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 tools=${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}
+shards=${SANITIZER_SHARDS:-6}
+limit=${SANITIZER_TIMEOUT:-480}  # seconds for any one program under a tool
 tests=$build/test/cudapmr_tests
 demo=$build/apps/memory_resources/memory_resources
 stress=$build/apps/stress/cudapmr_stress
@@ -31,6 +36,16 @@ tool_options() {
   esac
 }
 
+# The stress run's arguments under a tool. racecheck (CUDA 13.0) loses track
+# of kernels launched from several host threads at once and then stalls, so
+# under it one thread drives all the streams.
+stress_arguments() {
+  case $1 in
+    racecheck) echo "--operations 4000 --threads 1 --streams 4" ;;
+    *) echo "--operations 4000 --threads 4 --streams 2" ;;
+  esac
+}
+
 # Errors in a log: the sum of its "ERROR SUMMARY: N errors" lines; "missing"
 # when the log has none (the program did not run to the end under the tool).
 count_errors() {
@@ -41,28 +56,57 @@ count_errors() {
   if [[ -z $summaries ]]; then echo missing; else echo "$summaries" | awk '{ sum += $1 } END { print sum }'; fi
 }
 
+# run_under TOOL NAME API_REPORTS COMMAND...: in the background, with the
+# variables in run_environment set; the log is $logs/TOOL-NAME.log and the
+# exit status goes to $logs/TOOL-NAME.rc.
+run_environment=()
+run_under() {
+  local tool=$1 name=$2 api=$3
+  shift 3
+  (
+    # shellcheck disable=SC2046
+    env "${run_environment[@]}" timeout "$limit" "$sanitizer" $(tool_options "$tool") --report-api-errors "$api" --error-exitcode 99 "$@" \
+      >"$logs/$tool-$name.log" 2>&1
+    echo $? >"$logs/$tool-$name.rc"
+  ) &
+}
+
 status=0
+for program in "$tests" "$demo" "$stress"; do
+  if [[ ! -x $program ]]; then
+    echo "FAIL  $program is not built"
+    status=1
+  fi
+done
+((status)) && exit $status
+
+for tool in $tools; do
+  for ((shard = 0; shard < shards; ++shard)); do
+    run_environment=("GTEST_TOTAL_SHARDS=$shards" "GTEST_SHARD_INDEX=$shard")
+    run_under "$tool" "tests-$shard" no "$tests" --gtest_brief=1
+  done
+  run_environment=()
+  run_under "$tool" demo explicit "$demo"
+  # shellcheck disable=SC2046
+  run_under "$tool" stress explicit "$stress" $(stress_arguments "$tool")
+done
+wait
+
 for tool in $tools; do
   line="$tool:"
   tool_failed=0
   for program in tests demo stress; do
-    case $program in
-      tests) command=("$tests" --gtest_brief=1); api=(--report-api-errors no) ;;
-      demo) command=("$demo"); api=() ;;
-      stress) command=("$stress" --operations 4000 --threads 4 --streams 2); api=() ;;
-    esac
-    if [[ ! -x ${command[0]} ]]; then
-      line+=" $program not built;"
-      tool_failed=1
-      continue
-    fi
-    log=$logs/$tool-$program.log
-    # shellcheck disable=SC2046
-    "$sanitizer" $(tool_options "$tool") "${api[@]}" --error-exitcode 99 "${command[@]}" >"$log" 2>&1
-    rc=$?
-    errors=$(count_errors "$log")
-    [[ $rc != 0 || $errors != 0 ]] && tool_failed=1
-    line+=" $program $errors errors (rc $rc);"
+    errors=0
+    worst_rc=0
+    for log in "$logs/$tool-$program"*.log; do
+      found=$(count_errors "$log")
+      rc=$(cat "${log%.log}.rc" 2>/dev/null || echo missing)
+      if [[ $found == missing ]]; then errors=missing; elif [[ $errors != missing ]]; then errors=$((errors + found)); fi
+      [[ $rc != 0 ]] && worst_rc=$rc
+    done
+    [[ $worst_rc != 0 || $errors != 0 ]] && tool_failed=1
+    [[ $program == tests ]] && program="tests ($shards shards)"
+    line+=" $program $errors errors (rc $worst_rc);"
   done
   if ((tool_failed)); then echo "FAIL  $line"; status=1; else echo "PASS  $line"; fi
 done

@@ -196,6 +196,8 @@ TEST_F(StagedCopy, OnlyLargePageableToDeviceSideCopiesStage) {
   buffer<unsigned char> on_device(*device_memory_, bytes, stream());
   buffer<unsigned char> unified(*managed_, bytes, stream());
   buffer<unsigned char> page_locked(pinned, bytes, stream());
+  unified.fill(0x5a, stream());  // a source below: its bytes must hold something
+  page_locked.fill(0xa5, stream());
   stream_->synchronize();
   EXPECT_TRUE(detail::try_staged_copy(on_device.data(), pageable.data(), bytes, copy_direction::to_device, stream()));
   EXPECT_TRUE(detail::try_staged_copy(pageable.data(), unified.data(), bytes, copy_direction::to_host, stream()));

@@ -7,8 +7,6 @@
 #include <cudapmr/thrust_allocator.hpp>
 
 #include <thrust/device_vector.h>
-#include <thrust/equal.h>
-#include <thrust/iterator/counting_iterator.h>
 #include <thrust/reduce.h>
 #include <thrust/sort.h>
 #include <thrust/tabulate.h>
@@ -82,8 +80,9 @@ void sort_and_reduce_from(pool_resource& pool) {
   stream.synchronize();
   EXPECT_GT(pool.stats().used_high, vector_bytes) << "the sort drew no temporary storage from " << pool.description();
   EXPECT_EQ(pool.stats().used_current, vector_bytes) << "the sort's temporary storage was not given back";
-  EXPECT_TRUE(thrust::equal(thrust_policy(pool, stream), values.begin(), values.end(),
-                            thrust::counting_iterator<std::uint32_t>(0)));
+  // Checked with the suite's own kernel: thrust::equal reduces tuples whose
+  // padding is never written, which compute-sanitizer's initcheck reports.
+  EXPECT_EQ(count_sequence_mismatches(thrust::raw_pointer_cast(values.data()), element_count, 0, stream), 0u);
 
   pool.reset_peaks();
   const std::uint64_t sum = thrust::reduce(thrust_policy(pool, stream), values.begin(), values.end(), std::uint64_t{0});

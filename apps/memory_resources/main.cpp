@@ -146,6 +146,8 @@ void managed_memory(const cudapmr::device& gpu, std::size_t elements, demo::usag
   cudapmr::buffer<float> unified(managed_usage.resource(), elements, stream);
   stream.synchronize();
   fill_input(unified.span());
+  // Host stores into pooled managed memory are invisible to compute-sanitizer's initcheck.
+  cudapmr::mark_initialized(unified.span(), stream);
   // Pages move in one prefetch each way, not one fault at a time (where the
   // device can prefetch: concurrent managed access).
   const bool prefetch = gpu.attribute(cudaDevAttrConcurrentManagedAccess) != 0;

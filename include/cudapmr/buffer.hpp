@@ -101,7 +101,7 @@ class buffer {
     require_open("copy_from (destination)");
     source.require_open("copy_from (source)");
     detail::check_copy_sizes("copy_from", count_, source.count_, sizeof(T));
-    detail::copy_bytes(data_, is_pageable(), source.data_, source.is_pageable(), size_bytes(), stream);
+    detail::copy_bytes(data_, as_copy_end(), source.data_, source.as_copy_end(), size_bytes(), stream);
   }
 
   /// Copies host memory into this buffer in stream order; `source` must stay
@@ -113,7 +113,7 @@ class buffer {
   void copy_from(std::span<const T> source, stream_ref stream) {
     require_open("copy_from (host span)");
     detail::check_copy_sizes("copy_from (host span)", count_, source.size(), sizeof(T));
-    detail::copy_bytes(data_, is_pageable(), source.data(), true, size_bytes(), stream);
+    detail::copy_bytes(data_, as_copy_end(), source.data(), host_span_end, size_bytes(), stream);
   }
 
   /// Copies this buffer into host memory in stream order; read `destination`
@@ -125,7 +125,7 @@ class buffer {
   void copy_to(std::span<T> destination, stream_ref stream) const {
     require_open("copy_to (host span)");
     detail::check_copy_sizes("copy_to (host span)", destination.size(), count_, sizeof(T));
-    detail::copy_bytes(destination.data(), true, data_, is_pageable(), size_bytes(), stream);
+    detail::copy_bytes(destination.data(), host_span_end, data_, as_copy_end(), size_bytes(), stream);
   }
 
   /// Sets every element to `value`, in stream order on `stream`.
@@ -172,7 +172,9 @@ class buffer {
 
  private:
   static constexpr std::size_t alignment() noexcept { return std::max(default_alignment, alignof(T)); }
-  [[nodiscard]] bool is_pageable() const noexcept { return resource_->kind() == memory_kind::pageable; }
+  /// This buffer as one end of a copy; a host span is the other kind of end.
+  [[nodiscard]] detail::copy_end as_copy_end() const noexcept { return {resource_->kind(), resource_->device_id()}; }
+  static constexpr detail::copy_end host_span_end{memory_kind::pageable, -1};
   void require_open(const char* operation) const {
     if (resource_ == nullptr) detail::throw_closed_buffer(operation);
   }

@@ -24,6 +24,7 @@
 #include "cudapmr/pinned_memory_resource.hpp"
 #include "cudapmr/pool_resource.hpp"
 #include "cudapmr/process.hpp"
+#include "cudapmr/sanitizer_annotations.hpp"
 #include "cudapmr/stream.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
 #include "cudapmr/version.hpp"

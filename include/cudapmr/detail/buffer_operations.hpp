@@ -18,9 +18,18 @@ void check_copy_sizes(const char* operation, std::size_t destination_count, std:
 /// \throws std::invalid_argument saying that `operation` was called on a closed or moved-from buffer.
 [[noreturn]] void throw_closed_buffer(const char* operation);
 
-/// Copies in stream order; with both sides in pageable memory, a plain memcpy.
-void copy_bytes(void* destination, bool destination_pageable, const void* source, bool source_pageable,
-                std::size_t bytes, stream_ref stream);
+/// One end of a copy as the buffer knows it: its resource's kind and device,
+/// so the copy picks its path without asking CUDA about the pointers. A host
+/// span is `pageable` with no device (it may still turn out to be pinned).
+struct copy_end {
+  memory_kind kind;
+  int device;
+};
+
+/// Copies in stream order: a plain memcpy between pageable ends, pinned
+/// staging for large pageable copies, peer or staged copies between devices.
+void copy_bytes(void* destination, copy_end to, const void* source, copy_end from, std::size_t bytes,
+                stream_ref stream);
 
 /// Writes `count` copies of the `value_bytes`-byte pattern at `value`, in
 /// stream order (on the host for pageable memory).

@@ -1,25 +1,37 @@
-// mark_initialized only talks to a tool that is listening; without one (as
-// here, outside compute-sanitizer) it must leave memory and streams alone.
-// Under compute-sanitizer's initcheck the suite's own runs are its real test:
-// test/run_sanitizers.sh reports zero errors only because host stores into
-// pooled memory are marked.
+// mark_initialized with no tool listening (CI, a plain run) must leave memory
+// alone. Under compute-sanitizer (test/run_sanitizers.sh) the tool must accept
+// the ranges, since it counts a refused one as an error, and initcheck's zero
+// over the suite, the demo and the stress run shows the marks take effect.
+#include "support/gpu.hpp"
+
+#include <cudapmr/host_memory_resource.hpp>
+#include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/sanitizer_annotations.hpp>
 
 #include <gtest/gtest.h>
 
-#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 namespace cudapmr::test {
 namespace {
 
 TEST(SanitizerAnnotations, MarkingLeavesTheBytesAsTheyAre) {
-  std::array<std::uint32_t, 64> words{};
-  for (std::uint32_t i = 0; i < words.size(); ++i) words[i] = 0xc0ffee00u + i;
-  mark_initialized(std::span(words), stream_ref{});
-  mark_initialized(words.data(), sizeof(words), stream_ref{});
-  for (std::uint32_t i = 0; i < words.size(); ++i) ASSERT_EQ(words[i], 0xc0ffee00u + i) << i;
+  // The tool accepts only memory CUDA allocated: pinned where there is a GPU,
+  // pageable memory (which only a tool would refuse) where there is none.
+  std::optional<pinned_memory_resource> pinned;
+  if (gpu_available()) pinned.emplace();
+  host_memory_resource pageable;
+  stream_ordered_resource& resource = pinned ? static_cast<stream_ordered_resource&>(*pinned) : pageable;
+  constexpr std::size_t count = 64;
+  auto* words = static_cast<std::uint32_t*>(resource.allocate(count * sizeof(std::uint32_t)));
+  for (std::uint32_t i = 0; i < count; ++i) words[i] = 0xc0ffee00u + i;
+  mark_initialized(std::span(words, count), stream_ref{});
+  mark_initialized(words, count * sizeof(std::uint32_t), stream_ref{});
+  for (std::uint32_t i = 0; i < count; ++i) EXPECT_EQ(words[i], 0xc0ffee00u + i) << i;
+  resource.deallocate(words, count * sizeof(std::uint32_t));
 }
 
 TEST(SanitizerAnnotations, NullAndEmptyRangesAreIgnored) {

@@ -67,6 +67,9 @@ class StagedCopy : public ::testing::Test {
   }
   static void write_with_driver(void* device_memory, const std::vector<unsigned char>& values) {
     CUDAPMR_CHECK(cudaMemcpy(device_memory, values.data(), values.size(), cudaMemcpyDefault));
+    // From pageable memory cudaMemcpy may return before its DMA lands, and the
+    // copies under test run on a non-blocking stream that does not wait for it.
+    CUDAPMR_CHECK(cudaDeviceSynchronize());
   }
 
   stream_ref stream() const { return stream_->ref(); }

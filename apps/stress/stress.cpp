@@ -373,7 +373,7 @@ class worker {
         if (source.where->pageable() || where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
         CUDAPMR_CHECK(cudaMemcpyAsync(made->data, source.data, source.bytes, cudaMemcpyDefault, stream_.get()));
         // Into pinned memory the driver may copy with the CPU, unseen by initcheck.
-        if (where.host_accessible()) cudapmr::mark_initialized(made->data, source.bytes, stream_);
+        if (where.host_accessible() && !where.pageable()) cudapmr::mark_initialized(made->data, source.bytes, stream_);
       }
     }
     source.where->copies.fetch_add(1, std::memory_order_relaxed);

@@ -16,7 +16,9 @@ namespace cudapmr {
 
 /// Marks the `bytes` bytes at `p` as initialized, in stream order on
 /// `stream`: call it after the host has written them and before the GPU reads
-/// them. Null or empty ranges are ignored.
+/// them. `p` must be memory CUDA allocated (pinned, managed or device): the
+/// tool rejects other ranges with a warning that counts as an error. Null or
+/// empty ranges are ignored.
 void mark_initialized(const void* p, std::size_t bytes, stream_ref stream) noexcept;
 
 /// Marks the elements of `written` as initialized; see above.

@@ -2,6 +2,11 @@
 
 #include "cudapmr/detail/thread_ordinal.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+
 namespace cudapmr::detail {
 
 namespace {
@@ -11,9 +16,27 @@ std::size_t this_thread_shard(std::size_t count) noexcept {
   return static_cast<std::size_t>(thread_ordinal() % count);
 }
 
+/// A stream's first frees are sealed: a stream made per request frees once and
+/// is gone, and its block must reach the next one.
+constexpr std::uint32_t young_stream_frees = 2;
+/// Bytes a lock holder counts before it adds them to the shared total: a
+/// 64th of the budget, between 64 KiB and 4 MiB.
+std::int64_t flush_bytes_for(std::size_t max_cached_bytes) noexcept {
+  return static_cast<std::int64_t>(std::clamp(max_cached_bytes / 64, std::size_t{64} << 10, std::size_t{4} << 20));
+}
+
+bool is_default_stream(cudaStream_t stream) noexcept {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
+std::uint64_t next_cache_identity() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-// ---- free_lists -------------------------------------------------------------
+// ---- free_lists ---------------------------------------------------------------
 
 void* free_lists::pop(std::size_t size_class) noexcept {
   std::vector<void*>& list = lists_[size_class];
@@ -25,173 +48,518 @@ void* free_lists::pop(std::size_t size_class) noexcept {
   return pointer;
 }
 
-bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
+bool free_lists::push(std::size_t size_class, void* pointer, std::uint64_t now) noexcept {
   try {
     lists_[size_class].push_back(pointer);
   } catch (...) {
     return false;
   }
+  last_push_[size_class] = now;
   bytes_ += size_class_bytes(size_class);
   ++blocks_;
   return true;
 }
 
 void free_lists::drain_into(std::vector<cached_block>& out) {
+  if (blocks_ == 0) return;
   for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class) {
     for (void* pointer : lists_[size_class]) out.push_back({pointer, size_class});
     lists_[size_class].clear();
-    lists_[size_class].shrink_to_fit();
   }
   bytes_ = 0;
   blocks_ = 0;
 }
 
-// ---- ready_block_cache --------------------------------------------------------
-
-void* ready_block_cache::take_from(shard& from, std::size_t size_class) noexcept {
-  if (from.blocks.load(std::memory_order_relaxed) == 0) return nullptr;
-  const std::lock_guard lock(from.mutex);
-  void* pointer = from.lists.pop(size_class);
-  from.blocks.store(from.lists.blocks(), std::memory_order_relaxed);
-  return pointer;
-}
-
-void* ready_block_cache::take(std::size_t size_class) noexcept {
-  const std::size_t own = this_thread_shard(shard_count);
-  for (std::size_t offset = 0; offset < shard_count; ++offset)
-    if (void* pointer = take_from(shards_[(own + offset) % shard_count], size_class)) return pointer;
-  return nullptr;
-}
-
-bool ready_block_cache::give(std::size_t size_class, void* pointer) noexcept {
-  shard& own = shards_[this_thread_shard(shard_count)];
-  const std::lock_guard lock(own.mutex);
-  const bool kept = own.lists.push(size_class, pointer);
-  own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
-  return kept;
-}
-
-void ready_block_cache::drain_into(std::vector<cached_block>& out) {
-  for (shard& each : shards_) {
-    const std::lock_guard lock(each.mutex);
-    each.lists.drain_into(out);
-    each.blocks.store(0, std::memory_order_relaxed);
+std::size_t free_lists::drain_cold_into(std::vector<cached_block>& out, std::size_t keep, std::uint64_t before) {
+  if (blocks_ == 0) return 0;
+  std::size_t moved = 0;
+  for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class) {
+    std::vector<void*>& list = lists_[size_class];
+    if (list.empty() || size_class == keep || last_push_[size_class] >= before) continue;
+    for (void* pointer : list) out.push_back({pointer, size_class});
+    moved += list.size() * size_class_bytes(size_class);
+    blocks_ -= list.size();
+    list.clear();
   }
+  bytes_ -= moved;
+  return moved;
 }
 
-std::size_t ready_block_cache::bytes() const {
-  std::size_t total = 0;
-  for (const shard& each : shards_) {
-    const std::lock_guard lock(each.mutex);
-    total += each.lists.bytes();
+std::size_t free_lists::drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes) {
+  std::size_t moved = 0;
+  for (std::size_t size_class = lists_.size(); size_class-- > 0 && moved < bytes && blocks_ != 0;) {
+    std::vector<void*>& list = lists_[size_class];
+    while (!list.empty() && moved < bytes) {
+      out.push_back({list.back(), size_class});
+      list.pop_back();
+      moved += size_class_bytes(size_class);
+      --blocks_;
+    }
   }
-  return total;
+  bytes_ -= moved;
+  return moved;
 }
 
-std::size_t ready_block_cache::blocks() const {
-  std::size_t total = 0;
-  for (const shard& each : shards_) total += each.blocks.load(std::memory_order_relaxed);
-  return total;
-}
-
-// ---- stream_block_cache ---------------------------------------------------------
+// ---- block_cache ----------------------------------------------------------------
 
 namespace {
-
-std::uint64_t next_cache_identity() noexcept {
-  static std::atomic<std::uint64_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
 
 /// The entry this thread used last, and whose it was.
 struct entry_memo {
   std::uint64_t cache = 0;
-  stream_block_cache::stream_key key{};
-  stream_block_cache::entry* found = nullptr;
+  cudaStream_t stream = nullptr;
+  void* found = nullptr;
 };
 thread_local entry_memo last_entry;
 
 }  // namespace
 
-stream_block_cache::stream_block_cache() : identity_(next_cache_identity()) {}
+block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes)
+    : ordering_(ordering),
+      max_bytes_(max_cached_bytes),
+      stream_share_(max_cached_bytes / 8),
+      flush_bytes_(flush_bytes_for(max_cached_bytes)),
+      identity_(next_cache_identity()) {}
 
-stream_block_cache::stream_key stream_block_cache::key_of(stream_ref stream) noexcept {
-  const cudaStream_t handle = stream.get();
-  return {handle, handle == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{}};
+block_cache::~block_cache() {
+  // Blocks were drained by the owner; events of sealed blocks left behind (a
+  // failed drain) are recycled, the blocks stay with their upstream.
+  const std::lock_guard lock(sealed_mutex_);
+  for (auto& list : sealed_)
+    for (const sealed_block& block : list) release_reference(block.event);
 }
 
-stream_block_cache::entry* stream_block_cache::entry_of(stream_ref stream) noexcept {
-  const stream_key key = key_of(stream);
-  if (last_entry.cache == identity_ && last_entry.key == key) return last_entry.found;
+block_cache::stream_key block_cache::key_of(stream_ref stream, stream_ordering& ordering) noexcept {
+  const cudaStream_t handle = stream.get();
+  if (!is_default_stream(handle)) return {handle, std::thread::id{}, -1};
+  return {handle, handle == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{},
+          ordering.current_device()};
+}
 
+block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
+  const cudaStream_t handle = stream.get();
+  // The memo holds only streams that are not default streams: those name one
+  // stream whatever the thread and the current device.
+  if (last_entry.cache == identity_ && last_entry.stream == handle && handle != nullptr)
+    return static_cast<stream_entry*>(last_entry.found);
+
+  const stream_key key = key_of(stream, ordering_);
   // Stream handles are pointers to aligned objects: drop the low bits, mix the rest.
   auto bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key.stream) >> 4);
   bits ^= static_cast<std::uint64_t>(std::hash<std::thread::id>{}(key.thread));
+  bits ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.device)) << 32;
   bits *= 0x9e3779b97f4a7c15ull;
-  shard& home = shards_[static_cast<std::size_t>(bits >> 58)];  // the top 6 bits: 64 shards
-  entry* found = nullptr;
+  entry_shard& home = entries_[static_cast<std::size_t>(bits >> 58)];  // the top 6 bits: 64 shards
+  stream_entry* found = nullptr;
   {
     const std::lock_guard lock(home.mutex);
     for (const auto& each : home.entries)
       if (each->key == key) found = each.get();
     if (found == nullptr) {
       try {
-        found = home.entries.emplace_back(std::make_unique<entry>(key)).get();
+        found = home.entries.emplace_back(std::make_unique<stream_entry>(key)).get();
       } catch (...) {
         return nullptr;
       }
     }
   }
-  last_entry = {identity_, key, found};
+  if (!is_default_stream(handle)) last_entry = {identity_, handle, found};
   return found;
 }
 
-void* stream_block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
-  entry* home = entry_of(stream);
-  if (home == nullptr) return nullptr;
-  const std::lock_guard lock(home->mutex);
-  return home->lists.pop(size_class);
-}
-
-bool stream_block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
-  entry* home = entry_of(stream);
-  if (home == nullptr) return false;
-  const std::lock_guard lock(home->mutex);
-  return home->lists.push(size_class, pointer);
-}
-
-void stream_block_cache::drain_into(std::vector<cached_block>& out) {
-  for (shard& each : shards_) {
-    const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) {
-      const std::lock_guard entry_lock(stream_entry->mutex);
-      stream_entry->lists.drain_into(out);
-    }
+void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept {
+  unflushed += change;
+  if (unflushed >= flush_bytes_ || unflushed <= -flush_bytes_) {
+    approximate_bytes_.fetch_add(unflushed, std::memory_order_relaxed);
+    unflushed = 0;
   }
 }
 
-std::size_t stream_block_cache::bytes() const {
+bool block_cache::has_room_for(std::size_t size_class) const noexcept {
+  const std::int64_t held = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
+  return static_cast<std::size_t>(held) + size_class_bytes(size_class) <= max_bytes_;
+}
+
+// ---- taking ----------------------------------------------------------------------
+
+void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
+  stream_entry* entry = entry_of(stream);
+  if (entry != nullptr) {
+    void* pointer = nullptr;
+    {
+      const std::lock_guard lock(entry->mutex);
+      pointer = entry->unsealed.pop(size_class);
+      if (pointer != nullptr) account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+    }
+    if (pointer != nullptr) {
+      stream_entry* expected = entry;
+      if (wanting_.load(std::memory_order_relaxed) == entry)
+        wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
+      return pointer;
+    }
+  }
+  if (void* pointer = take_ready(size_class)) return pointer;
+  if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
+    if (void* pointer = take_sealed(stream, entry, size_class)) return pointer;
+  if (entry != nullptr && wanting_.load(std::memory_order_relaxed) != entry)
+    wanting_.store(entry, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void* block_cache::take_ready_from(ready_shard& shard, std::size_t size_class) noexcept {
+  if (shard.blocks.load(std::memory_order_relaxed) == 0) return nullptr;
+  const std::lock_guard lock(shard.mutex);
+  void* pointer = shard.lists.pop(size_class);
+  if (pointer != nullptr) account(shard.unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+  shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
+  return pointer;
+}
+
+void* block_cache::take_ready(std::size_t size_class) noexcept {
+  const std::size_t own = this_thread_shard(ready_shard_count);
+  for (std::size_t offset = 0; offset < ready_shard_count; ++offset)
+    if (void* pointer = take_ready_from(ready_[(own + offset) % ready_shard_count], size_class)) return pointer;
+  return nullptr;
+}
+
+void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size_t size_class) noexcept {
+  sealed_block block{};
+  {
+    const std::lock_guard lock(sealed_mutex_);
+    std::vector<sealed_block>& list = sealed_[size_class];
+    if (list.empty()) return nullptr;
+    // The stream's own blocks first (no wait), then those whose event is known
+    // to have completed, then the newest.
+    auto chosen = std::find_if(list.rbegin(), list.rend(), [&](const sealed_block& each) {
+      return each.origin == entry || each.event->completed.load(std::memory_order_relaxed);
+    });
+    if (chosen == list.rend()) chosen = list.rbegin();
+    block = *chosen;
+    *chosen = list.back();
+    list.pop_back();
+    sealed_blocks_.fetch_sub(1, std::memory_order_relaxed);
+    approximate_bytes_.fetch_sub(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
+  }
+  const bool own = block.origin == entry;
+  bool ordered = own || block.event->completed.load(std::memory_order_relaxed);
+  if (!ordered && ordering_.has_completed(block.event->event)) {
+    block.event->completed.store(true, std::memory_order_relaxed);
+    ordered = true;
+  }
+  if (!ordered) ordered = ordering_.make_wait(stream, block.event->event);
+  const std::lock_guard lock(sealed_mutex_);
+  if (!ordered) {  // CUDA refused the wait: the block stays sealed
+    try {
+      sealed_[size_class].push_back(block);
+      sealed_blocks_.fetch_add(1, std::memory_order_relaxed);
+      approximate_bytes_.fetch_add(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
+      return nullptr;
+    } catch (...) {
+      // No room to put it back: hand it out after all, waiting on the host.
+      if (!ordering_.has_completed(block.event->event)) {
+        try {
+          ordering_.synchronize_all_devices();
+        } catch (...) {
+        }
+      }
+    }
+  }
+  if (!own) cross_.fetch_add(1, std::memory_order_relaxed);
+  release_reference(block.event);
+  return block.pointer;
+}
+
+// ---- giving ----------------------------------------------------------------------
+
+bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
+  if (!has_room_for(size_class)) return false;
+  stream_entry* entry = entry_of(stream);
+  if (entry == nullptr) return false;
+  std::vector<cached_block> to_seal;
+  {
+    const std::lock_guard lock(entry->mutex);
+    if (!entry->unsealed.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return false;
+    account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
+    const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
+    const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
+                      entry->unsealed.bytes() > stream_share_;
+    if (entry->frees < young_stream_frees) ++entry->frees;
+    if (seal) {
+      try {
+        entry->unsealed.drain_into(to_seal);
+      } catch (...) {
+        to_seal.clear();  // sealing is an optimisation: the blocks stay with their stream
+      }
+    }
+  }
+  if (!to_seal.empty()) seal(stream, *entry, to_seal);
+  return true;
+}
+
+bool block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
+  if (!has_room_for(size_class)) return false;
+  ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
+  const std::lock_guard lock(own.mutex);
+  if (!own.lists.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return false;
+  account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
+  own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
+  return true;
+}
+
+void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept {
+  std::int64_t bytes = 0;
+  for (const cached_block& block : blocks) bytes += static_cast<std::int64_t>(size_class_bytes(block.size_class));
+  ordering_event event = ordering_.record(stream);
+  sealed_event* sealed = nullptr;
+  if (event != nullptr) {
+    try {
+      sealed = new sealed_event{event, 0};
+    } catch (...) {
+      ordering_.recycle(event);
+    }
+  }
+  if (sealed != nullptr) {
+    const std::uint64_t now = misses_.load(std::memory_order_relaxed);
+    const std::lock_guard lock(sealed_mutex_);
+    std::size_t moved = 0;
+    try {
+      for (; moved < blocks.size(); ++moved) {
+        const cached_block& block = blocks[moved];
+        sealed_[block.size_class].push_back({block.pointer, block.size_class, sealed, &entry, now});
+      }
+    } catch (...) {
+    }
+    sealed->references = moved;
+    sealed_blocks_.fetch_add(moved, std::memory_order_relaxed);
+    if (moved == 0) {
+      ordering_.recycle(event);
+      delete sealed;
+    }
+    seals_.fetch_add(1, std::memory_order_relaxed);
+    blocks.erase(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(moved));
+  }
+  // The sealed bytes moved from the stream's count to the shared total.
+  const std::lock_guard lock(entry.mutex);
+  std::int64_t returned = 0;
+  for (const cached_block& block : blocks) {
+    if (entry.unsealed.push(block.size_class, block.pointer, misses_.load(std::memory_order_relaxed)))
+      returned += static_cast<std::int64_t>(size_class_bytes(block.size_class));
+    // else: no memory to keep even the list: the block is lost to the cache, and stays with its upstream
+  }
+  account(entry.unflushed, returned - bytes);
+  approximate_bytes_.fetch_add(bytes - returned, std::memory_order_relaxed);
+}
+
+void block_cache::release_reference(sealed_event* event) noexcept {
+  if (--event->references != 0) return;
+  ordering_.recycle(event->event);
+  delete event;
+}
+
+// ---- giving back upstream -------------------------------------------------------------
+
+std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, bool cold_only, std::size_t keep,
+                                      std::uint64_t before, std::vector<evicted_block>& out) {
+  std::vector<sealed_block> chosen;
+  std::size_t moved = 0;
+  {
+    const std::lock_guard lock(sealed_mutex_);
+    for (std::size_t size_class = size_class_count; size_class-- > 0 && moved < bytes;) {
+      std::vector<sealed_block>& list = sealed_[size_class];
+      if (cold_only && size_class == keep) continue;
+      for (std::size_t index = list.size(); index-- > 0 && moved < bytes;) {
+        if (cold_only && list[index].when >= before) continue;
+        chosen.push_back(list[index]);
+        list[index] = list.back();
+        list.pop_back();
+        moved += size_class_bytes(size_class);
+      }
+    }
+    sealed_blocks_.fetch_sub(chosen.size(), std::memory_order_relaxed);
+    approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
+  }
+  // Freed on `stream` once it waits for each event not known to have completed.
+  sealed_event* waited = nullptr;
+  for (const sealed_block& block : chosen) {
+    if (block.event != waited && !block.event->completed.load(std::memory_order_relaxed)) {
+      if (!ordering_.make_wait(stream, block.event->event)) {
+        try {
+          ordering_.synchronize_all_devices();
+        } catch (...) {
+        }
+      }
+      waited = block.event;
+    }
+    out.push_back({block.pointer, block.size_class, stream});
+  }
+  return moved;
+}
+
+
+void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
+  // A class is cold when nothing of it was freed since the previous miss.
+  const std::uint64_t before = misses_.fetch_add(1, std::memory_order_relaxed);
+  std::vector<cached_block> blocks;
+  stream_entry* entry = entry_of(stream);
+  const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed, bool cold_only, std::size_t bytes) {
+    const std::size_t moved =
+        cold_only ? lists.drain_cold_into(blocks, size_class, before) : lists.drain_bytes_into(blocks, bytes);
+    account(unflushed, -static_cast<std::int64_t>(moved));
+    return moved;
+  };
+  // Cold classes: of this stream (its own blocks, freed here in order), of the
+  // ready lists, and sealed ones.
+  if (entry != nullptr) {
+    const std::lock_guard lock(entry->mutex);
+    from_lists(entry->unsealed, entry->unflushed, true, 0);
+  }
+  for (ready_shard& shard : ready_) {
+    if (shard.blocks.load(std::memory_order_relaxed) == 0) continue;
+    const std::lock_guard lock(shard.mutex);
+    from_lists(shard.lists, shard.unflushed, true, 0);
+    shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  blocks.clear();
+  if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
+    evict_sealed(stream, std::numeric_limits<std::size_t>::max(), true, size_class, before, out);
+
+  // Then whatever keeps the cache over its budget with this class added.
+  const auto excess = [&]() -> std::size_t {
+    const std::size_t held =
+        static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
+    const std::size_t wanted = held + size_class_bytes(size_class);
+    return wanted > max_bytes_ ? wanted - max_bytes_ : 0;
+  };
+  std::size_t over = excess();
+  for (std::size_t index = 0; index < ready_shard_count && over != 0; ++index) {
+    ready_shard& shard = ready_[index];
+    if (shard.blocks.load(std::memory_order_relaxed) == 0) continue;
+    const std::lock_guard lock(shard.mutex);
+    const std::size_t moved = from_lists(shard.lists, shard.unflushed, false, over);
+    shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
+    over -= std::min(over, moved);
+  }
+  if (over != 0 && sealed_blocks_.load(std::memory_order_relaxed) != 0)
+    over -= std::min(over, evict_sealed(stream, over, false, 0, 0, out));
+  if (over != 0 && entry != nullptr) {
+    const std::lock_guard lock(entry->mutex);
+    from_lists(entry->unsealed, entry->unflushed, false, over);
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+}
+
+void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {
+  std::vector<cached_block> blocks;
+  if (stream_entry* entry = entry_of(stream)) {
+    const std::lock_guard lock(entry->mutex);
+    const std::size_t bytes = entry->unsealed.bytes();
+    entry->unsealed.drain_into(blocks);
+    account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+  }
+  for (ready_shard& shard : ready_) {
+    const std::lock_guard lock(shard.mutex);
+    const std::size_t bytes = shard.lists.bytes();
+    shard.lists.drain_into(blocks);
+    account(shard.unflushed, -static_cast<std::int64_t>(bytes));
+    shard.blocks.store(0, std::memory_order_relaxed);
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  evict_sealed(stream, std::numeric_limits<std::size_t>::max(), false, 0, 0, out);
+}
+
+void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
+  bool others_hold_blocks = false;
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      const std::lock_guard entry_lock(entry->mutex);
+      others_hold_blocks = others_hold_blocks || entry->unsealed.blocks() != 0;
+    }
+  }
+  // Blocks freed on other streams, which may be gone: wait for everything, once.
+  if (others_hold_blocks) ordering_.synchronize_all_devices();
+  std::vector<cached_block> blocks;
+  for (entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      const std::lock_guard entry_lock(entry->mutex);
+      const std::size_t bytes = entry->unsealed.bytes();
+      entry->unsealed.drain_into(blocks);
+      account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+    }
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  evict_all_ordered(stream, out);
+}
+
+// ---- what it holds ---------------------------------------------------------------
+
+std::size_t block_cache::bytes() const {
   std::size_t total = 0;
-  for (const shard& each : shards_) {
-    const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) {
-      const std::lock_guard entry_lock(stream_entry->mutex);
-      total += stream_entry->lists.bytes();
+  for (const ready_shard& shard : ready_) {
+    const std::lock_guard lock(shard.mutex);
+    total += shard.lists.bytes();
+  }
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      const std::lock_guard entry_lock(entry->mutex);
+      total += entry->unsealed.bytes();
+    }
+  }
+  const std::lock_guard lock(sealed_mutex_);
+  for (std::size_t size_class = 0; size_class < size_class_count; ++size_class)
+    total += sealed_[size_class].size() * size_class_bytes(size_class);
+  return total;
+}
+
+std::size_t block_cache::blocks() const {
+  std::size_t total = sealed_blocks_.load(std::memory_order_relaxed);
+  for (const ready_shard& shard : ready_) total += shard.blocks.load(std::memory_order_relaxed);
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      const std::lock_guard entry_lock(entry->mutex);
+      total += entry->unsealed.blocks();
     }
   }
   return total;
 }
 
-std::size_t stream_block_cache::blocks() const {
-  std::size_t total = 0;
-  for (const shard& each : shards_) {
-    const std::lock_guard lock(each.mutex);
-    for (const auto& stream_entry : each.entries) {
-      const std::lock_guard entry_lock(stream_entry->mutex);
-      total += stream_entry->lists.blocks();
+std::vector<std::pair<cudaStream_t, std::size_t>> block_cache::bytes_by_stream() const {
+  std::vector<std::pair<cudaStream_t, std::size_t>> result;
+  std::size_t ready_bytes = 0;
+  for (const ready_shard& shard : ready_) {
+    const std::lock_guard lock(shard.mutex);
+    ready_bytes += shard.lists.bytes();
+  }
+  if (ready_bytes != 0) result.emplace_back(nullptr, ready_bytes);
+  std::vector<std::pair<const stream_entry*, std::size_t>> sealed_by_origin;
+  {
+    const std::lock_guard lock(sealed_mutex_);
+    for (std::size_t size_class = 0; size_class < size_class_count; ++size_class)
+      for (const sealed_block& block : sealed_[size_class]) {
+        auto found = std::find_if(sealed_by_origin.begin(), sealed_by_origin.end(),
+                                  [&](const auto& each) { return each.first == block.origin; });
+        if (found == sealed_by_origin.end()) found = sealed_by_origin.insert(found, {block.origin, 0});
+        found->second += size_class_bytes(size_class);
+      }
+  }
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      std::size_t bytes = 0;
+      {
+        const std::lock_guard entry_lock(entry->mutex);
+        bytes = entry->unsealed.bytes();
+      }
+      for (const auto& [origin, sealed_bytes] : sealed_by_origin)
+        if (origin == entry.get()) bytes += sealed_bytes;
+      if (bytes != 0) result.emplace_back(entry->key.stream, bytes);
     }
   }
-  return total;
+  return result;
 }
 
 // ---- cache_counters -------------------------------------------------------------

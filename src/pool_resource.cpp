@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,8 +20,9 @@ namespace {
 
 /// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
 constexpr std::size_t pool_alignment = 256;
-/// The largest block the pmr cache of host-accessible kinds keeps.
+/// The largest block the pmr cache of host-accessible kinds keeps, and the most it holds.
 constexpr std::size_t max_cached_block = std::size_t{256} << 20;
+constexpr std::size_t max_cached_bytes = std::size_t{1} << 30;
 
 int current_device_ordinal() { return device::current().ordinal(); }
 
@@ -103,6 +106,45 @@ const std::optional<int>& validated_preference(const std::optional<int>& preferr
 
 namespace detail {
 
+class over_aligned_map {
+ public:
+  void insert(void* aligned, void* base) {
+    const std::lock_guard lock(mutex_);
+    bases_.emplace(aligned, base);
+  }
+  /// The pool's pointer for `aligned`, forgotten from now on; `aligned` itself if unknown.
+  void* take(void* aligned) noexcept {
+    const std::lock_guard lock(mutex_);
+    const auto found = bases_.find(aligned);
+    if (found == bases_.end()) return aligned;
+    void* base = found->second;
+    bases_.erase(found);
+    return base;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<void*, void*> bases_;
+};
+
+namespace {
+/// The map of `pool`, shared by every resource over it (they compare equal, so
+/// one may free what another allocated). Never destroyed: resources destroyed
+/// at exit still use it.
+std::shared_ptr<over_aligned_map> over_aligned_map_of(cudaMemPool_t pool) {
+  static std::mutex mutex;
+  static auto* maps = new std::map<cudaMemPool_t, std::weak_ptr<over_aligned_map>>();
+  const std::lock_guard lock(mutex);
+  std::weak_ptr<over_aligned_map>& slot = (*maps)[pool];
+  std::shared_ptr<over_aligned_map> map = slot.lock();
+  if (!map) {
+    map = std::make_shared<over_aligned_map>();
+    slot = map;
+  }
+  return map;
+}
+}  // namespace
+
 pool_handle::~pool_handle() {
   if (owned_ && pool_ != nullptr) static_cast<void>(cudaMemPoolDestroy(pool_));
 }
@@ -120,7 +162,10 @@ pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handl
       pool_(std::move(pool)),
       name_(name),
       bound_stream_(stream_device),
-      ready_(cudapmr::is_host_accessible(kind) ? std::make_unique<detail::ready_block_cache>() : nullptr) {}
+      cache_(cudapmr::is_host_accessible(kind)
+                 ? std::make_unique<detail::block_cache>(detail::cuda_stream_ordering(), max_cached_bytes)
+                 : nullptr),
+      over_aligned_(detail::over_aligned_map_of(pool_.get())) {}
 
 pool_resource::~pool_resource() {
   try {
@@ -133,21 +178,21 @@ pool_resource::~pool_resource() {
 }
 
 void pool_resource::release_cached() {
-  if (!ready_) return;
-  std::vector<detail::cached_block> blocks;
-  ready_->drain_into(blocks);
-  for (const detail::cached_block& block : blocks) deallocate_async(block.pointer, 0, bound_stream());
+  if (!cache_) return;
+  std::vector<detail::evicted_block> blocks;
+  cache_->drain(own_bound_stream(), blocks);
+  for (const detail::evicted_block& block : blocks) deallocate_async(block.pointer, 0, block.stream);
 }
 
 bool pool_resource::is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
-  return ready_ != nullptr && bytes != 0 && alignment <= pool_alignment && bytes <= max_cached_block;
+  return cache_ != nullptr && bytes != 0 && alignment <= pool_alignment && bytes <= max_cached_block;
 }
 
 void pool_resource::configure(std::size_t initial_size, std::size_t release_threshold) {
   set_release_threshold(release_threshold);
   if (initial_size == 0) return;
-  void* reservation = allocate_async(initial_size, bound_stream());
-  deallocate_async(reservation, initial_size, bound_stream());
+  void* reservation = allocate_async(initial_size, own_bound_stream());
+  deallocate_async(reservation, initial_size, own_bound_stream());
   bound_stream_.synchronize();
 }
 
@@ -196,18 +241,29 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
                                        alignment, fmt::ptr(stream.get()), description()));
 }
 
+void* pool_resource::allocate_class(std::size_t size_class, std::size_t alignment, stream_ref stream) {
+  std::vector<detail::evicted_block> evicted;
+  cache_->make_room(stream, size_class, evicted);
+  for (const detail::evicted_block& block : evicted) deallocate_async(block.pointer, 0, block.stream);
+  const std::size_t bytes = detail::size_class_bytes(size_class);
+  try {
+    return allocate_from_pool(bytes, alignment, stream);
+  } catch (const out_of_memory&) {
+    release_cached();  // the cache may hold what the pool lacks
+  }
+  return allocate_from_pool(bytes, alignment, stream);
+}
+
 void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
   if (is_cacheable(bytes, alignment)) {
     // Whole size classes, so that any block may later enter the pmr cache.
+    // A cached block never enters a graph being captured: the graph may replay
+    // after the block has another owner.
     const std::size_t size_class = detail::size_class_of(bytes);
-    if (void* p = ready_->take(size_class)) return p;
-    try {
-      return allocate_from_pool(detail::size_class_bytes(size_class), alignment, stream);
-    } catch (const out_of_memory&) {
-      release_cached();  // the cache may hold what the pool lacks
-      return allocate_from_pool(detail::size_class_bytes(size_class), alignment, stream);
-    }
+    if (!detail::cuda_stream_ordering().is_capturing(stream))
+      if (void* p = cache_->take(stream, size_class)) return p;
+    return allocate_class(size_class, alignment, stream);
   }
   if (alignment <= pool_alignment) return allocate_from_pool(bytes, alignment, stream);
 
@@ -219,8 +275,7 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   const auto address = reinterpret_cast<std::uintptr_t>(base);
   void* aligned = reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
   try {
-    const std::lock_guard lock(over_aligned_mutex_);
-    over_aligned_.emplace(aligned, base);
+    over_aligned_->insert(aligned, base);
   } catch (...) {
     static_cast<void>(cudaFreeAsync(base, stream.get()));
     throw;
@@ -230,33 +285,26 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
 
 void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::size_t alignment,
                                         stream_ref stream) noexcept {
-  void* base = p;
-  if (alignment > pool_alignment) {
-    const std::lock_guard lock(over_aligned_mutex_);
-    if (const auto found = over_aligned_.find(p); found != over_aligned_.end()) {
-      base = found->second;
-      over_aligned_.erase(found);
-    }
-  }
+  void* base = alignment > pool_alignment ? over_aligned_->take(p) : p;
   if (cudaFreeAsync(base, stream.get()) != cudaSuccess) static_cast<void>(cudaGetLastError());
 }
 
 void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_allocate(bytes, alignment);
   detail::validate_alignment(alignment, bytes);
-  const std::size_t size_class = detail::size_class_of(bytes);
-  if (void* p = ready_->take(size_class)) return p;
-  try {
-    return stream_ordered_resource::do_allocate(detail::size_class_bytes(size_class), alignment);
-  } catch (const out_of_memory&) {
-    release_cached();  // the cache may hold what the pool lacks
-    return stream_ordered_resource::do_allocate(detail::size_class_bytes(size_class), alignment);
-  }
+  if (void* p = cache_->take_ready(detail::size_class_of(bytes))) return p;
+  // In stream order on the bound stream (pmr frees there are fine), then synchronized.
+  return stream_ordered_resource::do_allocate(bytes, alignment);
 }
 
 void pool_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
-  if (is_cacheable(bytes, alignment) && ready_->give(detail::size_class_of(bytes), p)) return;
+  if (is_cacheable(bytes, alignment)) {
+    const std::size_t size_class = detail::size_class_of(bytes);
+    // With the bound stream never handed out, nothing queued can touch the block.
+    if (bound_stream_shared() ? cache_->give(own_bound_stream(), size_class, p) : cache_->give_ready(size_class, p))
+      return;
+  }
   stream_ordered_resource::do_deallocate(p, bytes, alignment);
 }
 

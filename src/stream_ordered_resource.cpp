@@ -26,7 +26,7 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
     detail::validate_alignment(alignment, bytes);
     return reinterpret_cast<void*>(alignment);
   }
-  const stream_ref stream = bound_stream();
+  const stream_ref stream = own_bound_stream();
   void* p = allocate_async(bytes, alignment, stream);
   if (kind() == memory_kind::pageable) return p;  // pageable memory involves no stream work
   if (const cudaError_t status = cudaStreamSynchronize(stream.get()); status != cudaSuccess) {
@@ -38,7 +38,7 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
 
 void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (bytes == 0) return;  // the pointer of a zero-byte pmr allocate owns nothing
-  deallocate_async(p, bytes, alignment, bound_stream());
+  deallocate_async(p, bytes, alignment, own_bound_stream());
 }
 
 namespace detail {

@@ -105,6 +105,21 @@ TEST_F(PoolResource, MemoryFreedThroughAnEqualResourceReturnsToThePool) {
   EXPECT_EQ(allocator.stats().used_current, used_before);
 }
 
+TEST_F(PoolResource, OverAlignedMemoryFreedThroughAnEqualResourceReturnsToThePool) {
+  device_memory_resource allocator(0);
+  device_memory_resource other(0);
+  ASSERT_TRUE(allocator == other);
+  const cudapmr::stream stream(0);
+  stream.synchronize();
+  const std::size_t used_before = allocator.stats().used_current;
+  for (const std::size_t alignment : {std::size_t{4096}, std::size_t{1} << 16, max_alignment}) {
+    void* p = allocator.allocate_async(mebibyte, alignment, stream);
+    other.deallocate_async(p, mebibyte, alignment, stream);
+  }
+  stream.synchronize();
+  EXPECT_EQ(allocator.stats().used_current, used_before) << "an over-aligned block leaked";
+}
+
 TEST_F(PoolResource, DefaultDeviceResourceIsOnePerDevice) {
   device_memory_resource& first = default_device_resource(0);
   device_memory_resource& again = default_device_resource(0);

@@ -25,11 +25,11 @@ class host_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] std::size_t used_bytes() const noexcept { return used_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 
-  /// The null stream; never synchronized, since nothing here is asynchronous.
-  [[nodiscard]] stream_ref bound_stream() const noexcept override { return {}; }
   [[nodiscard]] std::string description() const override;
 
  private:
+  /// The null stream; never synchronized, since nothing here is asynchronous.
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return {}; }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
 

@@ -26,11 +26,11 @@ class nccl_memory_resource final : public stream_ordered_resource {
   /// \throws std::invalid_argument for an ordinal out of range; cuda_error where no device exists.
   explicit nccl_memory_resource(int device);
 
-  [[nodiscard]] stream_ref bound_stream() const noexcept override { return bound_stream_.ref(); }
   /// "nccl_memory_resource (device 0)".
   [[nodiscard]] std::string description() const override;
 
  private:
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override;

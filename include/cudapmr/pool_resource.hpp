@@ -11,9 +11,7 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 namespace cudapmr {
 
@@ -49,15 +47,23 @@ class pool_handle {
 };
 }  // namespace detail
 
+namespace detail {
+/// Over-aligned allocations of one pool: each aligned pointer and the pointer
+/// the pool gave. Shared by every resource over the pool, as they are equal.
+class over_aligned_map;
+}  // namespace detail
+
 /// A stream-ordered resource over one CUDA memory pool. Thread-safe.
 /// Two pool resources compare equal when they draw from the same pool.
 ///
 /// Host-accessible kinds (pinned, managed) keep blocks freed through pmr
-/// `deallocate` in a small cache, by size class, so that the synchronous pmr
-/// path that std::pmr containers use costs no CUDA call once warm: as the
-/// pmr contract has it, memory given to `deallocate` is no longer in use, so
-/// it is ready for the host and for every stream at once. Such blocks count
-/// as used in `stats()` until `release_cached()` or `trim_to()`.
+/// `deallocate` in a cache (the one behind caching_resource), by size class,
+/// so that the synchronous pmr path that std::pmr containers use costs no
+/// CUDA call once warm. pmr `deallocate` is a free on the bound stream: while
+/// `bound_stream()` has never been handed out, nothing queued can still touch
+/// the block and it is reused at once; after that, only in stream order and
+/// after a synchronize. Cached blocks count as used in `stats()` until
+/// `release_cached()` or `trim_to()`.
 class pool_resource : public stream_ordered_resource {
  public:
   /// Waits for the bound stream, then destroys an owned pool (CUDA defers the
@@ -77,14 +83,13 @@ class pool_resource : public stream_ordered_resource {
   /// most `bytes_to_keep` bytes stay reserved. \throws cuda_error.
   void trim_to(std::size_t bytes_to_keep);
   /// Bytes held by the pmr cache of host-accessible kinds (0 for device memory).
-  [[nodiscard]] std::size_t cached_bytes() const { return ready_ ? ready_->bytes() : 0; }
+  [[nodiscard]] std::size_t cached_bytes() const { return cache_ ? cache_->bytes() : 0; }
   /// Frees the pmr cache's blocks back to the pool. \throws cuda_error.
   void release_cached();
   /// Reserved memory above this is released at the next synchronization.
   [[nodiscard]] std::size_t release_threshold() const;
   void set_release_threshold(std::size_t bytes);
 
-  [[nodiscard]] stream_ref bound_stream() const noexcept final { return bound_stream_.ref(); }
   [[nodiscard]] std::string description() const final;
 
  protected:
@@ -97,6 +102,7 @@ class pool_resource : public stream_ordered_resource {
   void configure(std::size_t initial_size, std::size_t release_threshold);
 
  private:
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept final { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) final;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept final;
   void* do_allocate(std::size_t bytes, std::size_t alignment) final;
@@ -104,17 +110,18 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
+  /// A whole size class for the pmr cache, after the cache gave up what it should.
+  [[nodiscard]] void* allocate_class(std::size_t size_class, std::size_t alignment, stream_ref stream);
   /// Whether a request may use the pmr cache (host-accessible kinds only).
   [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
 
   detail::pool_handle pool_;
   const char* name_;
   stream bound_stream_;
-  std::unique_ptr<detail::ready_block_cache> ready_;
+  std::unique_ptr<detail::block_cache> cache_;
   /// Allocations aligned past what the pool guarantees are over-allocated;
   /// this maps each aligned pointer back to the pointer the pool gave.
-  std::mutex over_aligned_mutex_;
-  std::unordered_map<void*, void*> over_aligned_;
+  std::shared_ptr<detail::over_aligned_map> over_aligned_;
 };
 
 }  // namespace cudapmr

@@ -7,6 +7,7 @@
 #include "cudapmr/memory_kind.hpp"
 #include "cudapmr/stream.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <memory_resource>
 #include <string>
@@ -66,7 +67,19 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   [[nodiscard]] detail::resource_identity identity() const noexcept { return identity_; }
 
   /// The stream the synchronous pmr `allocate`/`deallocate` are ordered on.
-  [[nodiscard]] virtual stream_ref bound_stream() const noexcept = 0;
+  /// Once it has been handed out, work queued on it may use memory given to
+  /// pmr `deallocate`, so caches wait for that work before they reuse such
+  /// memory; until then they know it is idle.
+  [[nodiscard]] stream_ref bound_stream() const noexcept {
+    if (!bound_stream_shared_.load(std::memory_order_relaxed))
+      bound_stream_shared_.store(true, std::memory_order_relaxed);
+    return do_bound_stream();
+  }
+  /// Whether `bound_stream()` of this resource (or of one below it) was ever
+  /// handed out: only then can work from outside be queued on it.
+  [[nodiscard]] virtual bool bound_stream_shared() const noexcept {
+    return bound_stream_shared_.load(std::memory_order_relaxed);
+  }
   /// A short description for messages: "device_memory_resource (device 0)".
   [[nodiscard]] virtual std::string description() const = 0;
 
@@ -81,12 +94,20 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   /// the same guarantees.
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
+  /// The bound stream, for the resource's own use: it is not handed out.
+  [[nodiscard]] stream_ref own_bound_stream() const noexcept { return do_bound_stream(); }
+  /// The same of another resource, for adaptors that order work on their upstream's.
+  [[nodiscard]] static stream_ref own_bound_stream(const stream_ordered_resource& resource) noexcept {
+    return resource.do_bound_stream();
+  }
+
   /// Identity; pool-backed resources compare equal when they share a pool.
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
     return this == &other;
   }
 
  private:
+  [[nodiscard]] virtual stream_ref do_bound_stream() const noexcept = 0;
   /// Called with a valid alignment (a power of two, at most `max_alignment`).
   virtual void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
   /// Called with a non-null pointer. Must not throw.
@@ -95,6 +116,7 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   memory_kind kind_;
   int device_id_;
   detail::resource_identity identity_;
+  mutable std::atomic<bool> bound_stream_shared_{false};
 };
 
 namespace detail {

@@ -1,9 +1,9 @@
 #include "cudapmr/adaptors/caching_resource.hpp"
 
-#include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/error.hpp"
+#include "cudapmr/pool_resource.hpp"
 
-#include <vector>
+#include <algorithm>
 
 namespace cudapmr {
 namespace {
@@ -11,7 +11,26 @@ namespace {
 /// Alignment of every block the cache asks for; what pools guarantee.
 constexpr std::size_t block_alignment = 256;
 
+detail::stream_ordering& ordering_for(memory_kind kind) noexcept {
+  return kind == memory_kind::pageable ? detail::host_stream_ordering() : detail::cuda_stream_ordering();
+}
+
+caching_options validated(caching_options options) noexcept {
+  options.max_cached_block = std::min(options.max_cached_block, largest_cached_block);
+  return options;
+}
+
 }  // namespace
+
+caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options)
+    : caching_resource(upstream, options, ordering_for(upstream.kind())) {}
+
+caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options,
+                                   detail::stream_ordering& ordering)
+    : resource_adaptor(upstream),
+      options_(validated(options)),
+      ordering_(ordering),
+      cache_(ordering, options_.max_cached_bytes) {}
 
 caching_resource::~caching_resource() {
   try {
@@ -24,76 +43,99 @@ bool caching_resource::is_cacheable(std::size_t bytes, std::size_t alignment) co
   return bytes != 0 && alignment <= block_alignment && bytes <= options_.max_cached_block;
 }
 
-template <class Allocate>
-void* caching_resource::allocate_upstream(Allocate&& allocate) {
+void caching_resource::free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept {
+  for (const detail::evicted_block& block : blocks)
+    upstream_resource().deallocate_async(block.pointer, detail::size_class_bytes(block.size_class), block_alignment,
+                                         block.stream);
+}
+
+void* caching_resource::allocate_block(std::size_t size_class, stream_ref stream) {
   counters_.miss();
+  const std::size_t bytes = detail::size_class_bytes(size_class);
+  std::vector<detail::evicted_block> evicted;
+  cache_.make_room(stream, size_class, evicted);
+  free_upstream(evicted);
   try {
-    return allocate();
+    return upstream_resource().allocate_async(bytes, block_alignment, stream);
   } catch (const out_of_memory&) {
-    release();
-    return allocate();
   }
+  // What the cache holds may be what the upstream lacks: first all that can go
+  // in stream order, then, after every device is idle, everything.
+  evicted.clear();
+  cache_.evict_all_ordered(stream, evicted);
+  free_upstream(evicted);
+  try {
+    return upstream_resource().allocate_async(bytes, block_alignment, stream);
+  } catch (const out_of_memory&) {
+    evicted.clear();
+    cache_.drain(stream, evicted);
+    if (evicted.empty()) throw;
+    free_upstream(evicted);
+  }
+  return upstream_resource().allocate_async(bytes, block_alignment, stream);
 }
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
-  if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate_async(bytes, alignment, stream);
+  // During capture the upstream's allocation becomes a graph node.
+  if (!is_cacheable(bytes, alignment) || ordering_.is_capturing(stream))
+    return upstream_resource().allocate_async(bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
-  void* p = by_stream_.take(stream, size_class);
-  if (p == nullptr) p = ready_.take(size_class);
-  if (p != nullptr) {
+  if (void* p = cache_.take(stream, size_class)) {
     counters_.hit();
     return p;
   }
-  return allocate_upstream([&] {
-    return upstream_resource().allocate_async(detail::size_class_bytes(size_class), block_alignment, stream);
-  });
+  return allocate_block(size_class, stream);
 }
 
 void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                            stream_ref stream) noexcept {
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate_async(p, bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
-  if (!by_stream_.give(stream, size_class, p))
+  // Freed during capture: the graph may use the block whenever it replays, so
+  // it goes upstream as a graph node instead of into the cache.
+  if (ordering_.is_capturing(stream) || !cache_.give(stream, size_class, p))
     upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
 }
 
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   detail::validate_alignment(alignment, bytes);
   if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate(bytes, alignment);
-  const std::size_t size_class = detail::size_class_of(bytes);
-  if (void* p = ready_.take(size_class)) {
+  if (void* p = cache_.take_ready(detail::size_class_of(bytes))) {
     counters_.hit();
     return p;
   }
-  return allocate_upstream(
-      [&] { return upstream_resource().allocate(detail::size_class_bytes(size_class), block_alignment); });
+  // In stream order on the bound stream, then synchronized: blocks freed there are fine.
+  return stream_ordered_resource::do_allocate(bytes, alignment);
 }
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate(p, bytes, alignment);
   const std::size_t size_class = detail::size_class_of(bytes);
-  if (!ready_.give(size_class, p))
-    upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
+  // With the bound stream never handed out, nothing queued can touch the block.
+  const bool kept = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
+                                          : cache_.give_ready(size_class, p);
+  if (!kept) upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
 }
 
 void caching_resource::release() {
-  // Take the blocks first, then wait: blocks freed after the wait began are
-  // not in this batch, so no block is handed back while work may still use it.
-  std::vector<detail::cached_block> blocks;
-  by_stream_.drain_into(blocks);
-  ready_.drain_into(blocks);
-  if (blocks.empty()) return;
-  detail::synchronize_devices(kind(), device_id());
-  const stream_ref stream = upstream_resource().bound_stream();
-  for (const detail::cached_block& block : blocks)
-    upstream_resource().deallocate_async(block.pointer, detail::size_class_bytes(block.size_class), block_alignment,
-                                         stream);
+  if (cache_.blocks() == 0) return;  // nothing to hand back: the upstream is not even asked its stream
+  std::vector<detail::evicted_block> blocks;
+  cache_.drain(own_bound_stream(), blocks);
+  free_upstream(blocks);
 }
 
 cache_statistics caching_resource::statistics() const {
-  return {counters_.hits(), counters_.misses(), by_stream_.bytes() + ready_.bytes(),
-          by_stream_.blocks() + ready_.blocks()};
+  cache_statistics result{counters_.hits(),   counters_.misses(),  cache_.bytes(),
+                          cache_.blocks(),    cache_.max_bytes(),  cache_.seals(),
+                          cache_.cross_stream_reuses(), std::nullopt};
+  if (const auto* pool = dynamic_cast<const pool_resource*>(&upstream_resource())) {
+    try {
+      result.upstream_reserved = pool->stats().reserved_current;
+    } catch (const cuda_error&) {
+    }
+  }
+  return result;
 }
 
 }  // namespace cudapmr

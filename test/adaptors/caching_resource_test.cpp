@@ -1,6 +1,7 @@
-// caching_resource: reuse on one stream, no early reuse across streams,
-// release, exhaustion, threads. Host tests use the host resource with
-// made-up stream handles (it ignores streams; the cache keys on them).
+// caching_resource: reuse on one stream, reuse across streams only in order,
+// the budget, cold classes, capture, release, exhaustion, threads. Host tests
+// use the host resource with made-up stream handles (it ignores streams; the
+// cache keys on them) and a stand-in for CUDA's events where ordering matters.
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
@@ -9,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -18,6 +20,48 @@ namespace cudapmr::test {
 namespace {
 
 cudaStream_t fake_stream(std::uintptr_t id) { return reinterpret_cast<cudaStream_t>(id * 0x1000); }
+
+/// Plays CUDA's part: events the test completes by hand, recorded waits,
+/// captured streams and the current device.
+class fake_ordering final : public detail::stream_ordering {
+ public:
+  struct event {
+    cudaStream_t stream;
+    bool completed = false;
+  };
+  detail::ordering_event record(stream_ref stream) noexcept override {
+    if (captured.contains(stream.get())) return nullptr;
+    events.push_back(std::make_unique<event>(event{stream.get()}));
+    return events.back().get();
+  }
+  bool has_completed(detail::ordering_event e) noexcept override { return static_cast<event*>(e)->completed; }
+  bool make_wait(stream_ref stream, detail::ordering_event e) noexcept override {
+    waits.emplace_back(stream.get(), static_cast<event*>(e)->stream);
+    return true;
+  }
+  void recycle(detail::ordering_event) noexcept override { ++recycled; }
+  bool is_capturing(stream_ref stream) noexcept override { return captured.contains(stream.get()); }
+  int current_device() noexcept override { return device; }
+  void synchronize_all_devices() override {
+    ++device_synchronizations;
+    for (const auto& each : events) each->completed = true;
+  }
+  void complete_all() {
+    for (const auto& each : events) each->completed = true;
+  }
+
+  std::vector<std::unique_ptr<event>> events;
+  std::vector<std::pair<cudaStream_t, cudaStream_t>> waits;  // (waiting stream, stream of the event)
+  std::set<cudaStream_t> captured;
+  std::size_t recycled = 0;
+  int device = 0;
+  int device_synchronizations = 0;
+};
+
+/// Frees and reallocates on `stream` until the stream is past the frees a new stream seals.
+void settle(caching_resource& cache, stream_ref stream, std::size_t bytes) {
+  for (int i = 0; i < 4; ++i) cache.deallocate_async(cache.allocate_async(bytes, stream), bytes, stream);
+}
 
 TEST(CachingResource, ReusesAFreedBlockOnTheSameStreamWithoutGoingUpstream) {
   host_memory_resource upstream;
@@ -34,14 +78,171 @@ TEST(CachingResource, ReusesAFreedBlockOnTheSameStreamWithoutGoingUpstream) {
   cache.deallocate_async(second, 900, fake_stream(1));
 }
 
-TEST(CachingResource, NeverHandsAStreamOrderedFreeToAnotherStream) {
+TEST(CachingResource, AnotherStreamWaitsForTheEventRecordedAtTheFree) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  void* on_first = cache.allocate_async(4096, fake_stream(1));
+  cache.deallocate_async(on_first, 4096, fake_stream(1));  // a new stream seals its frees
+  ASSERT_EQ(ordering.events.size(), 1u);
+  EXPECT_EQ(ordering.events[0]->stream, fake_stream(1));
+  void* on_second = cache.allocate_async(4096, fake_stream(2));
+  EXPECT_EQ(on_second, on_first);
+  ASSERT_EQ(ordering.waits.size(), 1u) << "the free on stream 1 may not have completed";
+  EXPECT_EQ(ordering.waits[0], std::make_pair(fake_stream(2), fake_stream(1)));
+  EXPECT_EQ(cache.statistics().cross_stream_reuses, 1u);
+  cache.deallocate_async(on_second, 4096, fake_stream(2));
+}
+
+TEST(CachingResource, ACompletedEventNeedsNoWait) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  void* p = cache.allocate_async(4096, fake_stream(1));
+  cache.deallocate_async(p, 4096, fake_stream(1));
+  ordering.complete_all();
+  EXPECT_EQ(cache.allocate_async(4096, fake_stream(2)), p);
+  EXPECT_TRUE(ordering.waits.empty());
+  cache.deallocate_async(p, 4096, fake_stream(2));
+}
+
+TEST(CachingResource, AnUnsealedFreeNeverReachesAnotherStream) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  const std::size_t events = ordering.events.size();
+  void* p = cache.allocate_async(4096, fake_stream(1));
+  cache.deallocate_async(p, 4096, fake_stream(1));  // an old stream, no demand: no event
+  EXPECT_EQ(ordering.events.size(), events);
+  EXPECT_NE(cache.allocate_async(4096, fake_stream(2)), p);
+  EXPECT_EQ(cache.allocate_async(4096, fake_stream(1)), p);  // its own stream reuses it at once
+  cache.release();
+}
+
+TEST(CachingResource, AStreamReusingItsOwnFreesRecordsNoEvents) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 64 * 1024);
+  const std::size_t events = ordering.events.size();
+  for (int i = 0; i < 1000; ++i) settle(cache, fake_stream(1), 64 * 1024);
+  EXPECT_EQ(ordering.events.size(), events);
+  EXPECT_EQ(cache.statistics().misses, 1u);
+}
+
+TEST(CachingResource, ProducerConsumerStreamsShareOneBlock) {
+  // Allocate on stream A, free on stream B: the consumer's frees must come back
+  // to the producer, or the cache takes a block per iteration.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  for (int i = 0; i < 10000; ++i) {
+    void* p = cache.allocate_async(mebibyte, fake_stream(1));
+    cache.deallocate_async(p, mebibyte, fake_stream(2));
+    if (i % 7 == 0) ordering.complete_all();  // some frees have completed by the next allocation
+  }
+  EXPECT_LE(upstream.used_bytes(), 2 * mebibyte);
+  EXPECT_LE(cache.statistics().misses, 2u);
+  cache.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
+TEST(CachingResource, DefaultStreamsOfTwoDevicesAreTwoStreams) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  for (const cudaStream_t stream : {cudaStream_t{}, cudaStreamLegacy, cudaStreamPerThread}) {
+    ordering.device = 0;
+    settle(cache, stream, 8192);
+    void* p = cache.allocate_async(8192, stream);
+    cache.deallocate_async(p, 8192, stream);  // unsealed: reusable only on device 0's stream
+    ordering.device = 1;
+    const std::size_t waits = ordering.waits.size();
+    void* on_device1 = cache.allocate_async(8192, stream);
+    if (on_device1 == p) {  // then only after device 0's stream, through its event
+      EXPECT_EQ(ordering.waits.size(), waits + 1) << "stream " << stream << " of device 1 is not device 0's";
+    }
+    cache.deallocate_async(on_device1, 8192, stream);
+    ordering.device = 0;
+    EXPECT_EQ(cache.allocate_async(8192, stream), p);
+    cache.deallocate_async(p, 8192, stream);
+  }
+  cache.release();
+}
+
+TEST(CachingResource, ReleaseSynchronizesEveryDeviceForUnsealedBlocks) {
+  // Blocks freed on streams of other devices (peer or managed memory) are idle
+  // only once those devices are: release may not wait for its own device alone.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  cache.deallocate_async(cache.allocate_async(4096, fake_stream(1)), 4096, fake_stream(1));
+  cache.release();
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  cache.release();  // nothing held: nothing to wait for
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+}
+
+TEST(CachingResource, AHugeMaxCachedBlockIsCappedAtTheLargestClass) {
+  host_memory_resource upstream(64 * mebibyte);
+  caching_resource cache(upstream, caching_options{.max_cached_block = std::numeric_limits<std::size_t>::max()});
+  EXPECT_EQ(cache.options().max_cached_block, largest_cached_block);
+  for (const std::size_t bytes : {largest_cached_block, largest_cached_block + 1, largest_cached_block * 2,
+                                  std::numeric_limits<std::size_t>::max() / 2}) {
+    EXPECT_THROW(static_cast<void>(cache.allocate_async(bytes, fake_stream(1))), out_of_memory) << bytes;
+    EXPECT_THROW(static_cast<void>(cache.allocate(bytes)), out_of_memory) << bytes;
+  }
+  void* p = cache.allocate_async(mebibyte, fake_stream(1));
+  cache.deallocate_async(p, mebibyte, fake_stream(1));
+  EXPECT_EQ(cache.statistics().cached_blocks, 1u);
+}
+
+TEST(CachingResource, CaptureGoesUpstreamNotIntoTheCache) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  void* cached = cache.allocate_async(4096, fake_stream(1));
+  cache.deallocate_async(cached, 4096, fake_stream(1));
+  ordering.captured.insert(fake_stream(1));
+  void* in_graph = cache.allocate_async(4096, fake_stream(1));
+  EXPECT_NE(in_graph, cached) << "a cached block entered a graph being captured";
+  const std::size_t used = upstream.used_bytes();
+  cache.deallocate_async(in_graph, 4096, fake_stream(1));
+  EXPECT_LT(upstream.used_bytes(), used) << "a block freed during capture went into the cache";
+  EXPECT_EQ(cache.statistics().cached_blocks, 1u);
+  ordering.captured.clear();
+  EXPECT_EQ(cache.allocate_async(4096, fake_stream(1)), cached);
+  cache.deallocate_async(cached, 4096, fake_stream(1));
+}
+
+TEST(CachingResource, TheBudgetBoundsWhatIsCached) {
+  host_memory_resource upstream;
+  caching_resource cache(upstream, caching_options{.max_cached_bytes = 4 * mebibyte});
+  std::vector<void*> blocks;
+  for (int i = 0; i < 12; ++i) blocks.push_back(cache.allocate_async(mebibyte, fake_stream(1)));
+  for (void* p : blocks) cache.deallocate_async(p, mebibyte, fake_stream(1));
+  EXPECT_LE(cache.statistics().cached_bytes, 4 * mebibyte);
+  EXPECT_LE(upstream.used_bytes(), 4 * mebibyte);
+  EXPECT_EQ(cache.statistics().max_cached_bytes, 4 * mebibyte);
+}
+
+TEST(CachingResource, AGrowingWorkingSetLeavesNoTrailOfColdClasses) {
+  // One live block growing by 10 %: each new size misses, and the classes left
+  // behind go cold and back upstream.
   host_memory_resource upstream;
   caching_resource cache(upstream);
-  void* on_first = cache.allocate_async(4096, fake_stream(1));
-  cache.deallocate_async(on_first, 4096, fake_stream(1));
-  void* on_second = cache.allocate_async(4096, fake_stream(2));
-  EXPECT_NE(on_second, on_first) << "the free on stream 1 may not have completed";
-  cache.deallocate_async(on_second, 4096, fake_stream(2));
+  std::size_t largest = 0;
+  for (double size = mebibyte; size <= 64.0 * mebibyte; size *= 1.1) {
+    const auto bytes = static_cast<std::size_t>(size);
+    largest = bytes;
+    for (int pair = 0; pair < 3; ++pair)
+      cache.deallocate_async(cache.allocate_async(bytes, fake_stream(1)), bytes, fake_stream(1));
+  }
+  EXPECT_LE(upstream.used_bytes(), 3 * largest) << "cached " << cache.statistics().cached_blocks << " blocks";
 }
 
 TEST(CachingResource, PmrFreedBlocksAreReadyForEveryPath) {
@@ -53,6 +254,24 @@ TEST(CachingResource, PmrFreedBlocksAreReadyForEveryPath) {
   cache.deallocate(p, 5000);
   EXPECT_EQ(cache.allocate_async(5000, fake_stream(7)), p);  // so does any stream
   cache.deallocate_async(p, 5000, fake_stream(7));
+}
+
+TEST(CachingResource, PmrFreesWaitForTheBoundStreamOnceItWasHandedOut) {
+  host_memory_resource host;
+  fake_ordering ordering;
+  caching_resource cache(host, {}, ordering);
+  EXPECT_FALSE(cache.bound_stream_shared());
+  static_cast<void>(cache.bound_stream());  // from now on, work may be queued there
+  EXPECT_TRUE(cache.bound_stream_shared());
+  void* p = cache.allocate(5000);
+  cache.deallocate(p, 5000);  // a free in order on the bound stream
+  void* q = cache.allocate_async(5000, fake_stream(7));
+  if (q == p) {
+    ASSERT_EQ(ordering.waits.size(), 1u) << "stream 7 must wait for the bound stream's work";
+    EXPECT_EQ(ordering.waits[0].first, fake_stream(7));
+  }
+  cache.deallocate_async(q, 5000, fake_stream(7));
+  cache.release();
 }
 
 TEST(CachingResource, BlocksAreWholeSizeClassesAlignedTo256) {
@@ -129,7 +348,9 @@ TEST(CachingResource, ExhaustionReleasesTheCacheAndRetries) {
 
 TEST(CachingResource, PerThreadDefaultStreamIsCachedPerThread) {
   host_memory_resource upstream;
-  caching_resource cache(upstream);
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, cudaStreamPerThread, 2048);
   void* freed_by_main = cache.allocate_async(2048, cudaStreamPerThread);
   cache.deallocate_async(freed_by_main, 2048, cudaStreamPerThread);
   void* other_thread_got = nullptr;
@@ -186,7 +407,7 @@ TEST(CachingResource, SixteenThreadsOnTheirOwnStreamsNeverShareALiveBlock) {
 
 // ---- on the GPU ----------------------------------------------------------------
 
-TEST(CachingResourceOnGpu, AFreeOnOneStreamIsNotReusedByAnotherWhileItsKernelRuns) {
+TEST(CachingResourceOnGpu, AFreeOnOneStreamReachesAnotherOnlyAfterItsKernels) {
   CUDAPMR_REQUIRE_GPU();
   device_memory_resource device_memory(0, device_pool_options{});
   caching_resource cache(device_memory);
@@ -197,16 +418,119 @@ TEST(CachingResourceOnGpu, AFreeOnOneStreamIsNotReusedByAnotherWhileItsKernelRun
   write_sequence(words, count, 1, first);
   add_to_each(words, count, 1, first);  // still queued or running when the free is
   cache.deallocate_async(words, count * 4, first);
+  // Reused (the new stream's first free sealed it) and ordered after the kernels
+  // on `first`: were it not, their late writes would show as mismatches.
   auto* other = static_cast<std::uint32_t*>(cache.allocate_async(count * 4, second));
-  EXPECT_NE(other, words);
+  EXPECT_EQ(other, words);
   write_sequence(other, count, 500, second);
   EXPECT_EQ(count_sequence_mismatches(other, count, 500, second), 0u);
   cache.deallocate_async(other, count * 4, second);
-  // The same stream reuses at once, ordered after its own earlier work.
+  EXPECT_EQ(cache.statistics().cross_stream_reuses, 1u);
+}
+
+TEST(CachingResourceOnGpu, TheSameStreamReusesAtOnceInOrder) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  const cudapmr::stream first(0);
+  constexpr std::size_t count = 16 << 20;
+  auto* words = static_cast<std::uint32_t*>(cache.allocate_async(count * 4, first));
+  write_sequence(words, count, 1, first);
+  add_to_each(words, count, 1, first);
+  cache.deallocate_async(words, count * 4, first);
   auto* again = static_cast<std::uint32_t*>(cache.allocate_async(count * 4, first));
   EXPECT_EQ(again, words);
   EXPECT_EQ(count_sequence_mismatches(again, count, 2, first), 0u);
   cache.deallocate_async(again, count * 4, first);
+}
+
+TEST(CachingResourceOnGpu, ProducerConsumerStreamsStayWithinTwoPoolGrowths) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  const cudapmr::stream producer(0);
+  const cudapmr::stream consumer(0);
+  cudaEvent_t produced = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), cudaSuccess);
+  constexpr std::size_t count = mebibyte / 4;
+  for (std::uint32_t i = 0; i < 2000; ++i) {
+    auto* words = static_cast<std::uint32_t*>(cache.allocate_async(mebibyte, producer));
+    write_sequence(words, count, i, producer);
+    ASSERT_EQ(cudaEventRecord(produced, producer.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(consumer.get(), produced, 0), cudaSuccess);
+    add_to_each(words, count, 1, consumer);
+    cache.deallocate_async(words, mebibyte, consumer);
+  }
+  consumer.synchronize();
+  ASSERT_EQ(cudaEventDestroy(produced), cudaSuccess);
+  // A CUDA pool grows in chunks of 32 MiB: the cache must not take more than two.
+  EXPECT_LE(device_memory.stats().reserved_high, std::size_t{64} << 20);
+  EXPECT_LE(cache.statistics().misses, 4u);
+}
+
+TEST(CachingResourceOnGpu, AGraphCapturedOverTheCacheGetsItsOwnMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  const cudapmr::stream stream(0);
+  constexpr std::size_t count = mebibyte / 4;
+  void* cached = cache.allocate_async(mebibyte, stream);
+  cache.deallocate_async(cached, mebibyte, stream);
+  stream.synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  auto* in_graph = static_cast<std::uint32_t*>(cache.allocate_async(mebibyte, stream));
+  write_sequence(in_graph, count, 7, stream);
+  cache.deallocate_async(in_graph, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  EXPECT_NE(static_cast<void*>(in_graph), cached);
+  std::size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  std::vector<cudaGraphNode_t> all(nodes);
+  ASSERT_EQ(cudaGraphGetNodes(graph, all.data(), &nodes), cudaSuccess);
+  int allocations = 0;
+  int frees = 0;
+  for (cudaGraphNode_t node : all) {
+    cudaGraphNodeType type{};
+    ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
+    allocations += type == cudaGraphNodeTypeMemAlloc;
+    frees += type == cudaGraphNodeTypeMemFree;
+  }
+  EXPECT_EQ(allocations, 1);
+  EXPECT_EQ(frees, 1);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+  stream.synchronize();
+  EXPECT_EQ(cache.statistics().cached_blocks, 1u);
+  EXPECT_EQ(cache.allocate_async(mebibyte, stream), cached);
+  cache.deallocate_async(cached, mebibyte, stream);
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
+TEST(CachingResourceOnGpu, PmrDeallocateIsAFreeInOrderOnTheBoundStream) {
+  // README's contract: work still queued on the bound stream may use memory
+  // given to pmr deallocate; the block must not come back before it is done.
+  CUDAPMR_REQUIRE_GPU();
+  pinned_memory_resource pinned;
+  caching_resource cache(pinned);
+  for (stream_ordered_resource* resource : {static_cast<stream_ordered_resource*>(&pinned),
+                                            static_cast<stream_ordered_resource*>(&cache)}) {
+    constexpr std::size_t count = 64 << 20;  // 256 MiB of pinned memory: the kernels take a while
+    auto* words = static_cast<std::uint32_t*>(resource->allocate(count * 4));
+    const stream_ref bound = resource->bound_stream();
+    write_sequence(words, count, 1, bound);
+    add_to_each(words, count, 1, bound);
+    resource->deallocate(words, count * 4);
+    auto* again = static_cast<std::uint32_t*>(resource->allocate(count * 4));
+    if (again == words) {
+      EXPECT_EQ(cudaStreamQuery(bound.get()), cudaSuccess) << resource->description();
+    }
+    for (std::size_t i = 0; i < count; i += 4099) again[i] = 0;  // the host, at once: no kernel may still write
+    mark_initialized(again, count * 4, bound);
+    resource->deallocate(again, count * 4);
+  }
 }
 
 TEST(CachingResourceOnGpu, ReleaseAfterAStreamIsDestroyedIsSafe) {

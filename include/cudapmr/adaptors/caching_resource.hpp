@@ -1,21 +1,31 @@
 #pragma once
 /// \file caching_resource.hpp
-/// A fast front end for small stream-ordered allocations: a cache of freed
-/// blocks by size class over any stream_ordered_resource.
+/// The fast front end of any stream_ordered_resource: a bounded cache of freed
+/// blocks by size class, shared between streams in a safe order.
 
 #include "cudapmr/adaptors/resource_adaptor.hpp"
 #include "cudapmr/detail/block_cache.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace cudapmr {
 
+/// The largest block any cache keeps (its largest size class).
+inline constexpr std::size_t largest_cached_block = std::size_t{1} << 40;
+
 /// Options of a caching_resource.
 struct caching_options {
-  /// Requests larger than this, or aligned past 256 bytes, go straight upstream.
+  /// Requests larger than this (capped at `largest_cached_block`), or aligned
+  /// past 256 bytes, go straight upstream.
   std::size_t max_cached_block = std::size_t{1} << 30;
+  /// The most bytes the cache holds free. Past it, freed blocks go back
+  /// upstream at once, and a miss first returns what would pass it.
+  std::size_t max_cached_bytes = std::size_t{1} << 30;
 };
 
 /// What a caching_resource has done and holds.
@@ -27,37 +37,63 @@ struct cache_statistics {
   /// Memory held in the cache, free, in bytes and blocks.
   std::size_t cached_bytes = 0;
   std::size_t cached_blocks = 0;
+  /// The budget: `caching_options::max_cached_bytes`.
+  std::size_t max_cached_bytes = 0;
+  /// Events recorded to hand freed blocks to other streams, and blocks so handed.
+  std::uint64_t events_recorded = 0;
+  std::uint64_t cross_stream_reuses = 0;
+  /// Memory the upstream holds from the system, where the upstream is a pool (`pool_stats::reserved_current`).
+  std::optional<std::size_t> upstream_reserved;
 };
 
 /// Caches freed blocks by size class (four per power of two) so that a free
-/// followed by an allocation reuses memory with no CUDA call.
+/// followed by an allocation reuses memory with no CUDA call, and never hands
+/// a block out while queued work may still touch it:
 ///
-/// - A block freed with `deallocate_async` on stream S is reused only by later
-///   allocations on S, which the stream orders after every earlier use.
-/// - A block freed with pmr `deallocate` is, as the pmr contract has it, no
-///   longer in use: it is reused at once, by the pmr path (no synchronize) and
-///   by stream-ordered allocations on any stream.
-/// - Memory reaches another stream only after `release()`, which synchronizes
-///   the device before handing the cache back upstream; an upstream
-///   exhaustion releases the cache and retries once.
+/// - A block freed with `deallocate_async` on stream S is reused by later
+///   allocations on S at once: S orders them after every earlier use.
+/// - Another stream T gets it once S has recorded an event after the free:
+///   at once if the event has completed, else T first waits for it. S records
+///   one when it is new, when another stream has missed lately, or when it
+///   holds more than an eighth of the budget, so a stream that reuses its own
+///   frees records none.
+/// - pmr `deallocate` is a free on the bound stream. While `bound_stream()`
+///   has never been handed out no work can be pending there, so the block is
+///   ready for the host and every stream at once; after that, pmr `allocate`
+///   reuses such blocks only in stream order and synchronizes.
+/// - The cache holds at most `max_cached_bytes`; on a miss it first returns
+///   classes that went cold (no free since the previous miss) and whatever
+///   passes the budget. On upstream exhaustion it returns all it can and
+///   retries, then synchronizes every device, returns everything and retries.
+/// - On a stream being captured into a graph, allocations and frees go
+///   upstream (the pool's graph nodes): a cached block never enters a graph.
 ///
 /// Thread-safe; caches are sharded by stream and by thread, with no global
-/// lock. `cudaStreamPerThread` is cached per thread. Blocks are kept by
-/// stream handle, and CUDA may hand a destroyed stream's handle to a new
-/// stream: synchronize a stream before destroying it if queued work may still
-/// use memory freed on it (or call `release()`). Blocks of destroyed streams
-/// are freed on the upstream's bound stream at release.
+/// lock on the hit path. CUDA may give a destroyed stream's handle to the
+/// next stream created: blocks freed on the old one then serve the new one at
+/// once, which is safe when the old stream's work had finished (a
+/// `cudapmr::stream` waits for it when destroyed; synchronize other streams
+/// before destroying them).
 class caching_resource final : public resource_adaptor {
  public:
-  explicit caching_resource(stream_ordered_resource& upstream, caching_options options = {}) noexcept
-      : resource_adaptor(upstream), options_(options) {}
+  /// A `max_cached_block` past `largest_cached_block` counts as that.
+  explicit caching_resource(stream_ordered_resource& upstream, caching_options options = {});
+  /// As above, ordering streams through `ordering` (tests play CUDA with it).
+  caching_resource(stream_ordered_resource& upstream, caching_options options, detail::stream_ordering& ordering);
   /// Releases the cache. Never throws.
   ~caching_resource() override;
 
-  /// Synchronizes the upstream's device(s), then hands every cached block
-  /// back upstream. \throws cuda_error if the synchronize fails.
+  /// Hands every cached block back upstream, on the upstream's bound stream,
+  /// after it waits for the blocks' events, or after every device has been
+  /// synchronized where blocks of other streams are held. \throws cuda_error
+  /// if a synchronize fails.
   void release();
   [[nodiscard]] cache_statistics statistics() const;
+  /// Bytes cached per stream (blocks ready for any stream are under null).
+  [[nodiscard]] std::vector<std::pair<cudaStream_t, std::size_t>> cached_bytes_by_stream() const {
+    return cache_.bytes_by_stream();
+  }
+  [[nodiscard]] const caching_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string description() const override { return describe_as("caching_resource"); }
 
  private:
@@ -67,13 +103,14 @@ class caching_resource final : public resource_adaptor {
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
 
   [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
-  /// Calls `allocate` upstream; on exhaustion releases the cache and retries once.
-  template <class Allocate>
-  void* allocate_upstream(Allocate&& allocate);
+  /// A block of `size_class` from upstream after a miss on `stream`: first
+  /// returns what the cache should give up, then on exhaustion all it can.
+  [[nodiscard]] void* allocate_block(std::size_t size_class, stream_ref stream);
+  void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
 
   caching_options options_;
-  detail::ready_block_cache ready_;
-  detail::stream_block_cache by_stream_;
+  detail::stream_ordering& ordering_;
+  detail::block_cache cache_;
   detail::cache_counters counters_;
 };
 

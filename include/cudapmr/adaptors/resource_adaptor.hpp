@@ -16,7 +16,9 @@ class resource_adaptor : public stream_ordered_resource {
  public:
   /// The resource this adaptor draws from.
   [[nodiscard]] stream_ordered_resource& upstream_resource() const noexcept { return *upstream_; }
-  [[nodiscard]] stream_ref bound_stream() const noexcept override { return upstream_->bound_stream(); }
+  [[nodiscard]] bool bound_stream_shared() const noexcept override {
+    return stream_ordered_resource::bound_stream_shared() || upstream_->bound_stream_shared();
+  }
 
  protected:
   explicit resource_adaptor(stream_ordered_resource& upstream) noexcept
@@ -26,6 +28,8 @@ class resource_adaptor : public stream_ordered_resource {
   [[nodiscard]] std::string describe_as(const char* name) const { return std::string(name) + " over " + upstream_->description(); }
 
  private:
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return own_bound_stream(*upstream_); }
+
   stream_ordered_resource* upstream_;
 };
 

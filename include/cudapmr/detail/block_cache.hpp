@@ -1,8 +1,10 @@
 #pragma once
-// The caches behind caching_resource and the pools' fast pmr path: free
-// blocks by size class, sharded so that threads rarely meet on one lock.
+// The one cache of freed blocks behind caching_resource and the pools' pmr
+// path: free blocks by size class, kept per stream, moved between streams only
+// through events recorded at a free, and held within a byte budget.
 
 #include "cudapmr/detail/size_classes.hpp"
+#include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/stream.hpp"
 
 #include <array>
@@ -22,87 +24,174 @@ struct cached_block {
   std::size_t size_class;
 };
 
-/// Free blocks by size class. Not thread-safe: the owner holds a lock.
+/// A block the cache gives up, and the stream to free it upstream on: work
+/// queued there is ordered after every earlier use of the block.
+struct evicted_block {
+  void* pointer;
+  std::size_t size_class;
+  stream_ref stream;
+};
+
+/// Free blocks by size class, with the time (a count of the cache's misses)
+/// each class last received one. Not thread-safe: the owner holds a lock.
 class free_lists {
  public:
   /// A block of `size_class`, or null.
   [[nodiscard]] void* pop(std::size_t size_class) noexcept;
   /// False when the block could not be kept (no memory for the list).
-  [[nodiscard]] bool push(std::size_t size_class, void* pointer) noexcept;
+  [[nodiscard]] bool push(std::size_t size_class, void* pointer, std::uint64_t now) noexcept;
   /// Moves every block into `out` and empties the lists.
   void drain_into(std::vector<cached_block>& out);
+  /// Moves into `out` the blocks of classes other than `keep` that received
+  /// none since `before`; returns their bytes.
+  std::size_t drain_cold_into(std::vector<cached_block>& out, std::size_t keep, std::uint64_t before);
+  /// Moves blocks into `out`, largest classes first, until `bytes` are gone; returns the bytes moved.
+  std::size_t drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes);
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] std::size_t blocks() const noexcept { return blocks_; }
 
  private:
   std::array<std::vector<void*>, size_class_count> lists_;
+  std::array<std::uint64_t, size_class_count> last_push_{};
   std::size_t bytes_ = 0;
   std::size_t blocks_ = 0;
 };
 
-/// Blocks whose last use has completed: usable at once on the host and on any
-/// stream. Sharded by thread; a thread whose own shard is empty looks in the others.
-class ready_block_cache {
+/// Freed blocks of a stream-ordered resource, reusable:
+/// - on the stream that freed them, at once (the stream orders the reuse);
+/// - on another stream once they are sealed by an event recorded on the freeing
+///   stream after the free: at once when the event has completed, else after
+///   the new stream waits for it;
+/// - on the host and every stream when they are ready (freed through the pmr
+///   path with nothing pending, or their event has completed).
+///
+/// A stream seals its free blocks when it is new (its first frees), when
+/// another stream missed lately (cross-stream demand), or when it holds more
+/// than a share of the budget; a stream that reuses its own frees never pays
+/// for an event. The cache makes no CUDA call on a stream other than the
+/// caller's, so a stream may be destroyed with blocks in the cache: they stay
+/// until sealed blocks are reused or the cache is drained after a
+/// synchronization of every device. Thread-safe; each stream has its own lock,
+/// found through a one-entry thread-local memo.
+class block_cache {
  public:
-  [[nodiscard]] void* take(std::size_t size_class) noexcept;
-  [[nodiscard]] bool give(std::size_t size_class, void* pointer) noexcept;
-  void drain_into(std::vector<cached_block>& out);
-  [[nodiscard]] std::size_t bytes() const;
-  [[nodiscard]] std::size_t blocks() const;
+  /// \param max_cached_bytes the budget: the cache keeps no more than this.
+  block_cache(stream_ordering& ordering, std::size_t max_cached_bytes);
+  ~block_cache();
+  block_cache(const block_cache&) = delete;
+  block_cache& operator=(const block_cache&) = delete;
 
- private:
-  static constexpr std::size_t shard_count = 16;
-  struct alignas(64) shard {
-    mutable std::mutex mutex;
-    free_lists lists;
-    std::atomic<std::size_t> blocks{0};  // read without the lock to skip empty shards
-  };
-  [[nodiscard]] static void* take_from(shard& from, std::size_t size_class) noexcept;
-  std::array<shard, shard_count> shards_;
-};
-
-/// Blocks freed in stream order, kept per stream: later work on the same
-/// stream may reuse them with no CUDA call, since the stream orders it after
-/// every earlier use. Each stream has its own lock, so threads on different
-/// streams never wait for each other; a thread finds its stream's entry
-/// through a one-entry thread-local memo, without touching shared state.
-/// Entries live as long as the cache; release only empties them.
-class stream_block_cache {
- public:
-  stream_block_cache();
+  /// A block of `size_class` usable by work queued on `stream` from now on, or null.
   [[nodiscard]] void* take(stream_ref stream, std::size_t size_class) noexcept;
+  /// Keeps a block freed in stream order on `stream`. False when the budget is
+  /// full: the caller frees it upstream on `stream`.
   [[nodiscard]] bool give(stream_ref stream, std::size_t size_class, void* pointer) noexcept;
-  void drain_into(std::vector<cached_block>& out);
+
+  /// A block of `size_class` that no queued work can touch, or null.
+  [[nodiscard]] void* take_ready(std::size_t size_class) noexcept;
+  /// Keeps a block no queued work can touch. False when the budget is full.
+  [[nodiscard]] bool give_ready(std::size_t size_class, void* pointer) noexcept;
+
+  /// After a miss on `stream` for `size_class`: counts the miss, then moves
+  /// into `out` the blocks of classes that went cold (no free since the last
+  /// miss) and, while the cache would pass its budget with `size_class` added,
+  /// more blocks. Each is to be freed upstream on its `stream`.
+  void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
+  /// Everything that can leave without a device synchronization, to be freed
+  /// on `stream` (upstream exhaustion, before a retry).
+  void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
+  /// Everything, to be freed on `stream`. Synchronizes every device first when
+  /// blocks of other streams are held. \throws cuda_error if that fails.
+  void drain(stream_ref stream, std::vector<evicted_block>& out);
+
+  /// Bytes and blocks held, counted under the locks.
   [[nodiscard]] std::size_t bytes() const;
   [[nodiscard]] std::size_t blocks() const;
+  [[nodiscard]] std::size_t max_bytes() const noexcept { return max_bytes_; }
+  /// Bytes held per stream (unsealed and sealed blocks by the stream that freed them; ready ones under null).
+  [[nodiscard]] std::vector<std::pair<cudaStream_t, std::size_t>> bytes_by_stream() const;
+  /// Events recorded so far: how often streams sealed their frees.
+  [[nodiscard]] std::uint64_t seals() const noexcept { return seals_.load(std::memory_order_relaxed); }
+  /// Blocks handed to another stream through an event.
+  [[nodiscard]] std::uint64_t cross_stream_reuses() const noexcept { return cross_.load(std::memory_order_relaxed); }
 
-  /// cudaStreamPerThread names a different stream in each thread, so the
-  /// thread is part of its key.
+  /// The streams of a cache are told apart by handle; the default streams
+  /// (0, legacy, per-thread) by device, and the per-thread one by thread too.
   struct stream_key {
     cudaStream_t stream;
     std::thread::id thread;
+    int device;
     friend bool operator==(const stream_key&, const stream_key&) = default;
   };
-  struct alignas(64) entry {
-    explicit entry(const stream_key& stream) : key(stream) {}
-    const stream_key key;
-    std::mutex mutex;
-    free_lists lists;
-  };
+  [[nodiscard]] static stream_key key_of(stream_ref stream, stream_ordering& ordering) noexcept;
 
  private:
-  static constexpr std::size_t shard_count = 64;
-  struct alignas(64) shard {
-    mutable std::mutex mutex;  // guards `entries`, not the entries' lists
-    std::vector<std::unique_ptr<entry>> entries;
+  struct alignas(64) stream_entry {
+    explicit stream_entry(const stream_key& stream) : key(stream) {}
+    const stream_key key;
+    mutable std::mutex mutex;
+    free_lists unsealed;   // freed here, no event yet: only this stream may reuse them
+    std::uint32_t frees = 0;  // a new stream seals its first frees
+    std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
   };
-  [[nodiscard]] static stream_key key_of(stream_ref stream) noexcept;
-  /// The stream's entry, created on first use; null if that fails.
-  [[nodiscard]] entry* entry_of(stream_ref stream) noexcept;
+  struct sealed_event {
+    ordering_event event;
+    std::size_t references;            // blocks still sealed by it; guarded by sealed_mutex_
+    std::atomic<bool> completed{false};
+  };
+  struct sealed_block {
+    void* pointer;
+    std::size_t size_class;
+    sealed_event* event;
+    stream_entry* origin;
+    std::uint64_t when;  // the miss count at sealing
+  };
+  struct alignas(64) ready_shard {
+    mutable std::mutex mutex;
+    free_lists lists;
+    std::atomic<std::size_t> blocks{0};  // read without the lock to skip empty shards
+    std::int64_t unflushed = 0;
+  };
+  struct alignas(64) entry_shard {
+    mutable std::mutex mutex;  // guards `entries`, not the entries' lists
+    std::vector<std::unique_ptr<stream_entry>> entries;
+  };
+  static constexpr std::size_t ready_shard_count = 16;
+  static constexpr std::size_t entry_shard_count = 64;
 
-  /// Distinguishes this cache from any other, past or present, in the memo.
-  const std::uint64_t identity_;
-  std::array<shard, shard_count> shards_;
+  [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
+  [[nodiscard]] void* take_ready_from(ready_shard& shard, std::size_t size_class) noexcept;
+  [[nodiscard]] void* take_sealed(stream_ref stream, stream_entry* entry, std::size_t size_class) noexcept;
+  /// Records an event on `stream` and moves `blocks` to the sealed lists; on
+  /// failure puts them back into `entry`.
+  void seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept;
+  /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
+  void release_reference(sealed_event* event) noexcept;
+  /// Moves sealed blocks into `out`, freed on `stream` after it waits for their
+  /// events, until `bytes` are gone (all with SIZE_MAX); only those older than
+  /// `before` and of a class other than `keep` when `cold_only`.
+  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, bool cold_only, std::size_t keep,
+                           std::uint64_t before, std::vector<evicted_block>& out);
+  /// Adds `change` bytes to a lock holder's `unflushed` count, and that to the
+  /// shared total once it is large: threads rarely write one cache line.
+  void account(std::int64_t& unflushed, std::int64_t change) noexcept;
+  [[nodiscard]] bool has_room_for(std::size_t size_class) const noexcept;
+
+  stream_ordering& ordering_;
+  const std::size_t max_bytes_;
+  const std::size_t stream_share_;  // unsealed bytes a stream keeps before it seals
+  const std::int64_t flush_bytes_;  // see account()
+  const std::uint64_t identity_;    // tells this cache from any other in the memo
+  std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
+  std::atomic<std::uint64_t> misses_{0};
+  std::atomic<std::uint64_t> seals_{0};
+  std::atomic<std::uint64_t> cross_{0};
+  std::atomic<stream_entry*> wanting_{nullptr};  // the stream that missed last
+  std::array<ready_shard, ready_shard_count> ready_;
+  std::array<entry_shard, entry_shard_count> entries_;
+  mutable std::mutex sealed_mutex_;
+  std::array<std::vector<sealed_block>, size_class_count> sealed_;
+  std::atomic<std::size_t> sealed_blocks_{0};
 };
 
 /// Hit and miss counters, one cache line per thread shard so that counting

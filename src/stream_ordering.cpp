@@ -1,0 +1,168 @@
+#include "cudapmr/detail/stream_ordering.hpp"
+
+#include "cudapmr/device.hpp"
+#include "cudapmr/error.hpp"
+
+#include <cuda.h>
+
+#include <iterator>
+#include <mutex>
+#include <vector>
+
+namespace cudapmr::detail {
+namespace {
+
+/// The driver's capture query, which costs a fraction of the runtime's on the
+/// hot path of a cache; null where the driver does not give it out.
+using stream_is_capturing_function = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+
+stream_is_capturing_function driver_stream_is_capturing() noexcept {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &function, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return nullptr;
+  }
+  return reinterpret_cast<stream_is_capturing_function>(function);
+}
+
+/// An event of the cache's pool and the device it belongs to: CUDA records an
+/// event only on a stream of its own device.
+struct pooled_event {
+  cudaEvent_t event;
+  int device;
+};
+
+class cuda_ordering final : public stream_ordering {
+ public:
+  ordering_event record(stream_ref stream) noexcept override {
+    int device = 0;
+    if (cudaStreamGetDevice(stream.get(), &device) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return nullptr;
+    }
+    pooled_event* event = take_event(device);
+    if (event == nullptr) return nullptr;
+    if (cudaEventRecord(event->event, stream.get()) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      recycle(event);
+      return nullptr;
+    }
+    return event;
+  }
+
+  bool has_completed(ordering_event event) noexcept override {
+    // Relaxed capture mode: another thread's global-mode capture must not be
+    // invalidated by this query, which has nothing to do with it.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t status = cudaEventQuery(static_cast<pooled_event*>(event)->event);
+    static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
+    if (status == cudaSuccess) return true;
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+
+  bool make_wait(stream_ref stream, ordering_event event) noexcept override {
+    if (cudaStreamWaitEvent(stream.get(), static_cast<pooled_event*>(event)->event, 0) == cudaSuccess) return true;
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+
+  void recycle(ordering_event event) noexcept override {
+    auto* pooled = static_cast<pooled_event*>(event);
+    try {
+      const std::lock_guard lock(mutex_);
+      spare_.push_back(pooled);
+    } catch (...) {
+      static_cast<void>(cudaEventDestroy(pooled->event));
+      delete pooled;
+    }
+  }
+
+  bool is_capturing(stream_ref stream) noexcept override {
+    if (is_capturing_ != nullptr) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      if (is_capturing_(reinterpret_cast<CUstream>(stream.get()), &status) == CUDA_SUCCESS)
+        return status != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream.get(), &status) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return true;  // unknown: keep cached blocks out of it
+    }
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  int current_device() noexcept override {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) static_cast<void>(cudaGetLastError());
+    return device;
+  }
+
+  void synchronize_all_devices() override {
+    const int devices = device::count();
+    for (int ordinal = 0; ordinal < devices; ++ordinal) {
+      const scoped_device guard(ordinal);
+      CUDAPMR_CHECK(cudaDeviceSynchronize());
+    }
+  }
+
+ private:
+  pooled_event* take_event(int device) noexcept {
+    try {
+      const std::lock_guard lock(mutex_);
+      for (auto spare = spare_.rbegin(); spare != spare_.rend(); ++spare) {
+        if ((*spare)->device != device) continue;
+        pooled_event* event = *spare;
+        spare_.erase(std::next(spare).base());
+        return event;
+      }
+    } catch (...) {
+      return nullptr;
+    }
+    cudaEvent_t event = nullptr;
+    try {
+      const scoped_device guard(device);
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());
+        return nullptr;
+      }
+      return new pooled_event{event, device};
+    } catch (...) {
+      if (event != nullptr) static_cast<void>(cudaEventDestroy(event));
+      return nullptr;
+    }
+  }
+
+  stream_is_capturing_function is_capturing_ = driver_stream_is_capturing();
+  std::mutex mutex_;
+  std::vector<pooled_event*> spare_;  // events of every device, reused; never destroyed
+};
+
+class host_ordering final : public stream_ordering {
+ public:
+  ordering_event record(stream_ref) noexcept override { return this; }
+  bool has_completed(ordering_event) noexcept override { return true; }
+  bool make_wait(stream_ref, ordering_event) noexcept override { return true; }
+  void recycle(ordering_event) noexcept override {}
+  bool is_capturing(stream_ref) noexcept override { return false; }
+  int current_device() noexcept override { return 0; }
+  void synchronize_all_devices() override {}
+};
+
+}  // namespace
+
+stream_ordering& cuda_stream_ordering() noexcept {
+  static auto* ordering = new cuda_ordering();  // never destroyed: caches destroyed at exit still use it
+  return *ordering;
+}
+
+stream_ordering& host_stream_ordering() noexcept {
+  static auto* ordering = new host_ordering();
+  return *ordering;
+}
+
+}  // namespace cudapmr::detail

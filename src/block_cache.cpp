@@ -175,9 +175,15 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
   }
 }
 
-bool block_cache::has_room_for(std::size_t size_class) const noexcept {
-  const std::int64_t held = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
-  return static_cast<std::size_t>(held) + size_class_bytes(size_class) <= max_bytes_;
+bool block_cache::keeps(std::size_t size_class) noexcept {
+  const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
+  if (static_cast<std::size_t>(cached) + size_class_bytes(size_class) <= max_bytes_) return true;
+  return refuse(size_class);
+}
+
+bool block_cache::refuse(std::size_t size_class) noexcept {
+  held_.fetch_sub(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
+  return false;
 }
 
 // ---- taking ----------------------------------------------------------------------
@@ -272,13 +278,13 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
 // ---- giving ----------------------------------------------------------------------
 
 bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
-  if (!has_room_for(size_class)) return false;
+  if (!keeps(size_class)) return false;
   stream_entry* entry = entry_of(stream);
-  if (entry == nullptr) return false;
+  if (entry == nullptr) return refuse(size_class);
   std::vector<cached_block> to_seal;
   {
     const std::lock_guard lock(entry->mutex);
-    if (!entry->unsealed.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return false;
+    if (!entry->unsealed.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return refuse(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
@@ -297,10 +303,10 @@ bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer)
 }
 
 bool block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
-  if (!has_room_for(size_class)) return false;
+  if (!keeps(size_class)) return false;
   ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
   const std::lock_guard lock(own.mutex);
-  if (!own.lists.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return false;
+  if (!own.lists.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return refuse(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
   return true;
@@ -397,59 +403,59 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, bool
 
 
 void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
-  // A class is cold when nothing of it was freed since the previous miss.
-  const std::uint64_t before = misses_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<cached_block> blocks;
-  stream_entry* entry = entry_of(stream);
-  const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed, bool cold_only, std::size_t bytes) {
-    const std::size_t moved =
-        cold_only ? lists.drain_cold_into(blocks, size_class, before) : lists.drain_bytes_into(blocks, bytes);
-    account(unflushed, -static_cast<std::int64_t>(moved));
-    return moved;
-  };
-  // Cold classes: of this stream (its own blocks, freed here in order), of the
-  // ready lists, and sealed ones.
-  if (entry != nullptr) {
-    const std::lock_guard lock(entry->mutex);
-    from_lists(entry->unsealed, entry->unflushed, true, 0);
-  }
-  for (ready_shard& shard : ready_) {
-    if (shard.blocks.load(std::memory_order_relaxed) == 0) continue;
-    const std::lock_guard lock(shard.mutex);
-    from_lists(shard.lists, shard.unflushed, true, 0);
-    shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
-  }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
-  blocks.clear();
-  if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
-    evict_sealed(stream, std::numeric_limits<std::size_t>::max(), true, size_class, before, out);
-
-  // Then whatever keeps the cache over its budget with this class added.
+  misses_.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t incoming = size_class_bytes(size_class);
+  // The cache may hold no more than is live (taken from upstream, not cached)
+  // with this block, a 64th of the budget at least, and the budget with it.
   const auto excess = [&]() -> std::size_t {
-    const std::size_t held =
+    const auto cached =
         static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
-    const std::size_t wanted = held + size_class_bytes(size_class);
-    return wanted > max_bytes_ ? wanted - max_bytes_ : 0;
+    const auto held = static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
+    const std::size_t live = held > cached ? held - cached : 0;
+    const std::size_t beside_live = std::max(live + incoming, max_bytes_ / 64);
+    const std::size_t within_budget = max_bytes_ > incoming ? max_bytes_ - incoming : 0;
+    const std::size_t allowed = std::min(beside_live, within_budget);
+    return cached > allowed ? cached - allowed : 0;
   };
   std::size_t over = excess();
+  if (over == 0) return;
+  const std::size_t first = out.size();
+  std::vector<cached_block> blocks;
+  const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed) {
+    const std::size_t moved = lists.drain_bytes_into(blocks, over);
+    account(unflushed, -static_cast<std::int64_t>(moved));
+    over -= std::min(over, moved);
+  };
+  // Blocks no queued work touches first, then sealed ones (after `stream`
+  // waits for their events), then the stream's own.
   for (std::size_t index = 0; index < ready_shard_count && over != 0; ++index) {
     ready_shard& shard = ready_[index];
     if (shard.blocks.load(std::memory_order_relaxed) == 0) continue;
     const std::lock_guard lock(shard.mutex);
-    const std::size_t moved = from_lists(shard.lists, shard.unflushed, false, over);
+    from_lists(shard.lists, shard.unflushed);
     shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
-    over -= std::min(over, moved);
   }
   if (over != 0 && sealed_blocks_.load(std::memory_order_relaxed) != 0)
     over -= std::min(over, evict_sealed(stream, over, false, 0, 0, out));
-  if (over != 0 && entry != nullptr) {
-    const std::lock_guard lock(entry->mutex);
-    from_lists(entry->unsealed, entry->unflushed, false, over);
+  if (over != 0) {
+    if (stream_entry* entry = entry_of(stream)) {
+      const std::lock_guard lock(entry->mutex);
+      from_lists(entry->unsealed, entry->unflushed);
+    }
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  note_returned(out, first);
+}
+
+void block_cache::note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept {
+  std::int64_t bytes = 0;
+  for (std::size_t index = first; index < out.size(); ++index)
+    bytes += static_cast<std::int64_t>(size_class_bytes(out[index].size_class));
+  held_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {
+  const std::size_t first = out.size();
   std::vector<cached_block> blocks;
   if (stream_entry* entry = entry_of(stream)) {
     const std::lock_guard lock(entry->mutex);
@@ -466,6 +472,7 @@ void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   evict_sealed(stream, std::numeric_limits<std::size_t>::max(), false, 0, 0, out);
+  note_returned(out, first);
 }
 
 void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
@@ -479,6 +486,7 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   }
   // Blocks freed on other streams, which may be gone: wait for everything, once.
   if (others_hold_blocks) ordering_.synchronize_all_devices();
+  const std::size_t first = out.size();
   std::vector<cached_block> blocks;
   for (entry_shard& shard : entries_) {
     const std::lock_guard lock(shard.mutex);
@@ -490,6 +498,7 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
     }
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  note_returned(out, first);
   evict_all_ordered(stream, out);
 }
 

@@ -246,12 +246,15 @@ void* pool_resource::allocate_class(std::size_t size_class, std::size_t alignmen
   cache_->make_room(stream, size_class, evicted);
   for (const detail::evicted_block& block : evicted) deallocate_async(block.pointer, 0, block.stream);
   const std::size_t bytes = detail::size_class_bytes(size_class);
+  void* p = nullptr;
   try {
-    return allocate_from_pool(bytes, alignment, stream);
+    p = allocate_from_pool(bytes, alignment, stream);
   } catch (const out_of_memory&) {
     release_cached();  // the cache may hold what the pool lacks
+    p = allocate_from_pool(bytes, alignment, stream);
   }
-  return allocate_from_pool(bytes, alignment, stream);
+  cache_->note_taken_upstream(size_class);
+  return p;
 }
 
 void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
@@ -283,8 +286,9 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   return aligned;
 }
 
-void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::size_t alignment,
+void pool_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                         stream_ref stream) noexcept {
+  if (is_cacheable(bytes, alignment)) cache_->note_returned_upstream(detail::size_class_of(bytes));
   void* base = alignment > pool_alignment ? over_aligned_->take(p) : p;
   if (cudaFreeAsync(base, stream.get()) != cudaSuccess) static_cast<void>(cudaGetLastError());
 }

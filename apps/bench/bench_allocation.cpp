@@ -5,6 +5,9 @@
 // Names: alloc/<memory kind>/<workload>/<entrant>; entrants named "peer:..."
 // are the field, "cudapmr:..." are ours (bench_main.cpp prints the ratios).
 #include "peer_allocators.hpp"
+#ifdef CUDAPMR_BENCH_HAVE_RMM
+#include "rmm_peers.hpp"
+#endif
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/cudapmr.hpp>
@@ -131,8 +134,8 @@ std::unique_ptr<allocator_under_test> ours(std::shared_ptr<cudapmr::stream_order
 }
 
 std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stream_ordered_resource> upstream,
-                                                   bool pmr_path) {
-  auto cache = std::make_shared<cudapmr::caching_resource>(*upstream);
+                                                   bool pmr_path, cudapmr::caching_options options = {}) {
+  auto cache = std::make_shared<cudapmr::caching_resource>(*upstream, options);
   return std::make_unique<cudapmr_resource>(std::move(cache), pmr_path, std::move(upstream));
 }
 
@@ -143,7 +146,7 @@ std::vector<entrant> entrants() {
   auto device_pool = [] { return std::make_shared<cudapmr::device_memory_resource>(0); };
   auto pinned_pool = [] { return std::make_shared<cudapmr::pinned_memory_resource>(); };
   auto managed_pool = [] { return std::make_shared<cudapmr::managed_memory_resource>(); };
-  return {
+  std::vector<entrant> all{
       {"device", "peer:cudaMalloc", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_device, free_device); }},
       {"device", "peer:cudaMallocAsync", false,
        [=] { return std::make_unique<cuda_pool>(default_pool(device0, cudaMemAllocationTypePinned)); }},
@@ -151,6 +154,8 @@ std::vector<entrant> entrants() {
       {"device", "peer:cub::CachingDeviceAllocator(tuned)", false, [] { return make_cub_caching_allocator(true); }},
       {"device", "cudapmr:device_memory_resource", false, [=] { return ours(device_pool(), false); }},
       {"device", "cudapmr:caching_resource(device)", false, [=] { return ours_caching(device_pool(), false); }},
+      {"device", "cudapmr:caching_resource(device, no capture check)", false,
+       [=] { return ours_caching(device_pool(), false, {.check_capture = false}); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return std::make_unique<cuda_pool>(default_pool(host, cudaMemAllocationTypePinned)); }},
@@ -166,6 +171,10 @@ std::vector<entrant> entrants() {
       {"host", "peer:std::pmr::unsynchronized_pool_resource", false,
        [] { return std::make_unique<pmr_unsynchronized_pool>(); }},
   };
+#ifdef CUDAPMR_BENCH_HAVE_RMM
+  for (named_peer& peer : rmm_peers()) all.push_back({"device", peer.name, false, peer.make});
+#endif
+  return all;
 }
 
 // ---- the workloads -------------------------------------------------------------

@@ -39,6 +39,10 @@ caching_resource::~caching_resource() {
   }
 }
 
+bool caching_resource::is_captured(stream_ref stream) const noexcept {
+  return options_.check_capture && ordering_.is_capturing(stream);
+}
+
 bool caching_resource::is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
   return bytes != 0 && alignment <= block_alignment && bytes <= options_.max_cached_block;
 }
@@ -55,8 +59,13 @@ void* caching_resource::allocate_block(std::size_t size_class, stream_ref stream
   std::vector<detail::evicted_block> evicted;
   cache_.make_room(stream, size_class, evicted);
   free_upstream(evicted);
+  const auto from_upstream = [&] {
+    void* p = upstream_resource().allocate_async(bytes, block_alignment, stream);
+    cache_.note_taken_upstream(size_class);
+    return p;
+  };
   try {
-    return upstream_resource().allocate_async(bytes, block_alignment, stream);
+    return from_upstream();
   } catch (const out_of_memory&) {
   }
   // What the cache holds may be what the upstream lacks: first all that can go
@@ -65,19 +74,19 @@ void* caching_resource::allocate_block(std::size_t size_class, stream_ref stream
   cache_.evict_all_ordered(stream, evicted);
   free_upstream(evicted);
   try {
-    return upstream_resource().allocate_async(bytes, block_alignment, stream);
+    return from_upstream();
   } catch (const out_of_memory&) {
     evicted.clear();
     cache_.drain(stream, evicted);
     if (evicted.empty()) throw;
     free_upstream(evicted);
   }
-  return upstream_resource().allocate_async(bytes, block_alignment, stream);
+  return from_upstream();
 }
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   // During capture the upstream's allocation becomes a graph node.
-  if (!is_cacheable(bytes, alignment) || ordering_.is_capturing(stream))
+  if (!is_cacheable(bytes, alignment) || is_captured(stream))
     return upstream_resource().allocate_async(bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
   if (void* p = cache_.take(stream, size_class)) {
@@ -93,7 +102,7 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   const std::size_t size_class = detail::size_class_of(bytes);
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
-  if (ordering_.is_capturing(stream) || !cache_.give(stream, size_class, p))
+  if (is_captured(stream) || !cache_.give(stream, size_class, p))
     upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
 }
 

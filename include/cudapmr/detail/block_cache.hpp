@@ -92,10 +92,20 @@ class block_cache {
   /// Keeps a block no queued work can touch. False when the budget is full.
   [[nodiscard]] bool give_ready(std::size_t size_class, void* pointer) noexcept;
 
-  /// After a miss on `stream` for `size_class`: counts the miss, then moves
-  /// into `out` the blocks of classes that went cold (no free since the last
-  /// miss) and, while the cache would pass its budget with `size_class` added,
-  /// more blocks. Each is to be freed upstream on its `stream`.
+  /// The owner took a block of `size_class` from upstream; `give` and the
+  /// evictions count it back out (what is live is what was taken and is not cached).
+  void note_taken_upstream(std::size_t size_class) noexcept {
+    held_.fetch_add(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
+  }
+  /// The owner returned upstream a block the cache handed out, past the cache.
+  void note_returned_upstream(std::size_t size_class) noexcept { static_cast<void>(refuse(size_class)); }
+
+  /// After a miss on `stream` for `size_class`: moves into `out` what the
+  /// cache should give up before the owner goes upstream: while it holds more
+  /// than is live (with the new block, and at least a 64th of the budget) or
+  /// would pass its budget, blocks that no work touches, then sealed ones,
+  /// then the stream's own; largest classes first. Each is to be freed
+  /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
@@ -175,7 +185,11 @@ class block_cache {
   /// Adds `change` bytes to a lock holder's `unflushed` count, and that to the
   /// shared total once it is large: threads rarely write one cache line.
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;
-  [[nodiscard]] bool has_room_for(std::size_t size_class) const noexcept;
+  /// Whether a block of `size_class` fits in the budget; if not, it leaves the cache (`refuse`).
+  [[nodiscard]] bool keeps(std::size_t size_class) noexcept;
+  /// Counts a block the owner frees upstream instead of caching; returns false.
+  bool refuse(std::size_t size_class) noexcept;
+  void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
 
   stream_ordering& ordering_;
   const std::size_t max_bytes_;
@@ -184,6 +198,7 @@ class block_cache {
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::uint64_t> misses_{0};
+  std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> cross_{0};
   std::atomic<stream_entry*> wanting_{nullptr};  // the stream that missed last

@@ -1,0 +1,379 @@
+// cudapmr_memory_bench: time and memory side by side. Each workload runs over
+// each device allocator, made fresh for every repetition; the device memory it
+// lost (cudaMemGetInfo before and after, the allocator still alive, everything
+// freed) is divided by the live peak (the most bytes the workload held at
+// once). Medians of the repetitions; a markdown table last, and the device
+// memory over time of one workload per allocator as CSV for the plot.
+//
+//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv]
+#include "peer_allocators.hpp"
+#ifdef CUDAPMR_BENCH_HAVE_RMM
+#include "rmm_peers.hpp"
+#endif
+
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/cudapmr.hpp>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace bench {
+namespace {
+
+constexpr std::size_t mebibyte = std::size_t{1} << 20;
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) throw cudapmr::cuda_error(status, call);
+}
+
+std::size_t device_used() {
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  return total - free_bytes;
+}
+
+cudaStream_t new_stream() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return stream;
+}
+
+// ---- entrants ---------------------------------------------------------------------
+
+/// cudaMallocFromPoolAsync over a pool of its own that keeps its memory, as
+/// RMM's cuda_async does by default.
+class cuda_async final : public allocator_under_test {
+ public:
+  cuda_async() {
+    cudaMemPoolProps properties{};
+    properties.allocType = cudaMemAllocationTypePinned;
+    properties.location = {cudaMemLocationTypeDevice, 0};
+    check(cudaMemPoolCreate(&pool_, &properties), "cudaMemPoolCreate");
+    std::uint64_t keep_all = ~std::uint64_t{0};
+    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute");
+  }
+  ~cuda_async() override {
+    static_cast<void>(cudaDeviceSynchronize());
+    static_cast<void>(cudaMemPoolDestroy(pool_));
+  }
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    void* p = nullptr;
+    check(cudaMallocFromPoolAsync(&p, bytes, pool_, stream), "cudaMallocFromPoolAsync");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t stream) override { check(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+
+ private:
+  cudaMemPool_t pool_ = nullptr;
+};
+
+/// A cudapmr stack: an owned device pool, with or without the cache over it.
+class cudapmr_stack final : public allocator_under_test {
+ public:
+  cudapmr_stack(bool cached, std::size_t release_threshold)
+      : pool_(0, cudapmr::device_pool_options{.release_threshold = release_threshold}) {
+    if (cached) cache_ = std::make_unique<cudapmr::caching_resource>(pool_);
+  }
+  void* allocate(std::size_t bytes, cudaStream_t stream) override { return top().allocate_async(bytes, stream); }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t stream) override { top().deallocate_async(p, bytes, stream); }
+
+ private:
+  cudapmr::stream_ordered_resource& top() {
+    return cache_ ? static_cast<cudapmr::stream_ordered_resource&>(*cache_) : pool_;
+  }
+  cudapmr::device_memory_resource pool_;
+  std::unique_ptr<cudapmr::caching_resource> cache_;
+};
+
+struct entrant {
+  std::string name;
+  std::function<std::unique_ptr<allocator_under_test>()> make;
+};
+
+std::vector<entrant> entrants() {
+  std::vector<entrant> all{
+      {"peer:cudaMallocAsync (own pool, keeps all)", [] { return std::make_unique<cuda_async>(); }},
+      {"peer:cub::CachingDeviceAllocator (tuned)", [] { return make_cub_caching_allocator(true); }},
+  };
+#ifdef CUDAPMR_BENCH_HAVE_RMM
+  for (named_peer& peer : rmm_peers()) all.push_back({peer.name, peer.make});
+#endif
+  all.push_back({"cudapmr:device_memory_resource", [] { return std::make_unique<cudapmr_stack>(false, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool keeps all)", [] { return std::make_unique<cudapmr_stack>(true, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return std::make_unique<cudapmr_stack>(true, 0); }});
+  return all;
+}
+
+// ---- workloads ---------------------------------------------------------------------
+
+/// What a workload reports: operations done, the live peak, and (optionally)
+/// device memory in use every so often.
+struct workload_context {
+  allocator_under_test& allocator;
+  std::size_t live = 0;
+  std::size_t live_peak = 0;
+  std::size_t operations = 0;
+  std::vector<std::pair<std::size_t, std::size_t>>* timeline = nullptr;  // (operation, device bytes used)
+  std::size_t sample_every = 0;
+
+  void* allocate(std::size_t bytes, cudaStream_t stream) {
+    void* p = allocator.allocate(bytes, stream);
+    live += bytes;
+    live_peak = std::max(live_peak, live);
+    step();
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t stream) {
+    allocator.deallocate(p, bytes, stream);
+    live -= bytes;
+    step();
+  }
+  void step() {
+    ++operations;
+    if (timeline != nullptr && operations % sample_every == 0) timeline->emplace_back(operations, device_used());
+  }
+};
+
+using workload = std::function<void(workload_context&)>;
+
+void pairs(workload_context& context, std::size_t bytes) {
+  const cudaStream_t stream = new_stream();
+  for (int i = 0; i < 100000; ++i) context.deallocate(context.allocate(bytes, stream), bytes, stream);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
+/// Allocate 1 MiB on A and write it there; B reads it after an event and frees it.
+void cross_stream(workload_context& context) {
+  const cudaStream_t producer = new_stream();
+  const cudaStream_t consumer = new_stream();
+  cudaEvent_t produced = nullptr;
+  check(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  for (int i = 0; i < 20000; ++i) {
+    void* p = context.allocate(mebibyte, producer);
+    touch(p, mebibyte, producer);
+    check(cudaEventRecord(produced, producer), "cudaEventRecord");
+    check(cudaStreamWaitEvent(consumer, produced, 0), "cudaStreamWaitEvent");
+    touch(p, mebibyte, consumer);
+    context.deallocate(p, mebibyte, consumer);
+  }
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  check(cudaEventDestroy(produced), "cudaEventDestroy");
+  check(cudaStreamDestroy(producer), "cudaStreamDestroy");
+  check(cudaStreamDestroy(consumer), "cudaStreamDestroy");
+}
+
+/// One live block growing from 1 MiB to 1 GiB by 10 %, three pairs each.
+void growing(workload_context& context) {
+  const cudaStream_t stream = new_stream();
+  for (double size = mebibyte; size <= 1024.0 * mebibyte; size *= 1.1) {
+    const auto bytes = static_cast<std::size_t>(size);
+    for (int pair = 0; pair < 3; ++pair) {
+      void* p = context.allocate(bytes, stream);
+      touch(p, bytes, stream);
+      context.deallocate(p, bytes, stream);
+    }
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
+/// 500 requests, each on a stream of its own: allocate 8 MiB, write, free, destroy the stream.
+void stream_per_request(workload_context& context) {
+  constexpr std::size_t bytes = 8 * mebibyte;
+  for (int i = 0; i < 500; ++i) {
+    const cudaStream_t stream = new_stream();
+    void* p = context.allocate(bytes, stream);
+    touch(p, bytes, stream);
+    context.deallocate(p, bytes, stream);
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  }
+}
+
+/// The random mix (256 B .. 4 MiB, up to 1,000 live, mt19937_64 seed 42) over
+/// `stream_count` streams: each allocation on a random stream, each free on a
+/// random stream after an event orders it after the allocating stream.
+void random_mix(workload_context& context, int stream_count) {
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> events;
+  for (int i = 0; i < stream_count; ++i) {
+    streams.push_back(new_stream());
+    events.emplace_back();
+    check(cudaEventCreateWithFlags(&events.back(), cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  }
+  std::mt19937_64 random(42);
+  std::uniform_int_distribution<std::size_t> size(256, 4 * mebibyte);
+  std::bernoulli_distribution coin(0.5);
+  struct live_block {
+    void* p;
+    std::size_t bytes;
+    std::size_t stream;
+  };
+  std::vector<live_block> live;
+  for (int step = 0; step < 100000; ++step) {
+    const bool allocate = coin(random);
+    const std::size_t bytes = size(random);
+    const std::size_t victim = random();
+    const std::size_t stream = stream_count == 1 ? 0 : victim % static_cast<std::size_t>(stream_count);
+    if ((allocate || live.empty()) && live.size() < 1000) {
+      live.push_back({context.allocate(bytes, streams[stream]), bytes, stream});
+    } else {
+      const std::size_t index = victim % live.size();
+      const live_block block = live[index];
+      const std::size_t free_on = (victim >> 8) % static_cast<std::size_t>(stream_count);
+      if (free_on != block.stream) {
+        check(cudaEventRecord(events[block.stream], streams[block.stream]), "cudaEventRecord");
+        check(cudaStreamWaitEvent(streams[free_on], events[block.stream], 0), "cudaStreamWaitEvent");
+      }
+      context.deallocate(block.p, block.bytes, streams[free_on]);
+      live[index] = live.back();
+      live.pop_back();
+    }
+  }
+  for (const live_block& block : live) context.deallocate(block.p, block.bytes, streams[block.stream]);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  for (int i = 0; i < stream_count; ++i) {
+    check(cudaEventDestroy(events[static_cast<std::size_t>(i)]), "cudaEventDestroy");
+    check(cudaStreamDestroy(streams[static_cast<std::size_t>(i)]), "cudaStreamDestroy");
+  }
+}
+
+struct named_workload {
+  std::string name;
+  workload run;
+};
+
+std::vector<named_workload> workloads() {
+  return {
+      {"pair 256 B", [](workload_context& c) { pairs(c, 256); }},
+      {"pair 1 MiB", [](workload_context& c) { pairs(c, mebibyte); }},
+      {"cross-stream 1 MiB", cross_stream},
+      {"growing 1 MiB..1 GiB", growing},
+      {"new stream per request", stream_per_request},
+      {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
+      {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
+  };
+}
+
+struct result {
+  double ns_per_operation;
+  double lost_over_peak;
+};
+
+result run_once(const entrant& who, const named_workload& what,
+                std::vector<std::pair<std::size_t, std::size_t>>* timeline) {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::size_t before = device_used();
+  auto allocator = who.make();
+  workload_context context{*allocator};
+  context.timeline = timeline;
+  context.sample_every = 500;
+  const auto start = std::chrono::steady_clock::now();
+  what.run(context);
+  const auto stop = std::chrono::steady_clock::now();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::size_t after = device_used();
+  allocator.reset();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const double seconds = std::chrono::duration<double>(stop - start).count();
+  const double lost = after > before ? static_cast<double>(after - before) : 0.0;
+  return {seconds * 1e9 / static_cast<double>(context.operations), lost / static_cast<double>(context.live_peak)};
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+}  // namespace
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  int repetitions = 3;
+  std::string timeline_path = "memory_timeline.csv";
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--repetitions" && i + 1 < argc) repetitions = std::atoi(argv[++i]);
+    else if (argument == "--timeline" && i + 1 < argc) timeline_path = argv[++i];
+    else if (argument == "--only" && i + 1 < argc) only = argv[++i];
+    else {
+      fmt::print(stderr, "usage: cudapmr_memory_bench [--repetitions N] [--timeline FILE] [--only WORKLOAD]\n");
+      return 2;
+    }
+  }
+  if (repetitions < 1) {
+    fmt::print(stderr, "cudapmr_memory_bench: --repetitions must be at least 1\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fmt::print(stderr, "cudapmr_memory_bench: no CUDA device was found\n");
+    return 2;
+  }
+  using namespace bench;
+  const std::vector<entrant> all = entrants();
+  const std::vector<named_workload> work = workloads();
+  std::map<std::pair<std::string, std::string>, result> medians;
+  std::FILE* timeline_file = std::fopen(timeline_path.c_str(), "w");
+  if (timeline_file != nullptr) std::fprintf(timeline_file, "allocator,workload,operation,device_mib\n");
+  try {
+    for (const named_workload& what : work) {
+      if (!only.empty() && what.name.find(only) == std::string::npos) continue;
+      for (const entrant& who : all) {
+        std::vector<double> times;
+        std::vector<double> ratios;
+        for (int repetition = 0; repetition < repetitions; ++repetition) {
+          std::vector<std::pair<std::size_t, std::size_t>> timeline;
+          const bool record = repetition == 0 && what.name == "random mix, 4 streams";
+          const result once = run_once(who, what, record ? &timeline : nullptr);
+          times.push_back(once.ns_per_operation);
+          ratios.push_back(once.lost_over_peak);
+          if (timeline_file != nullptr)
+            for (const auto& [operation, used] : timeline)
+              std::fprintf(timeline_file, "\"%s\",\"%s\",%zu,%.1f\n", who.name.c_str(), what.name.c_str(), operation,
+                           static_cast<double>(used) / 1048576.0);
+        }
+        const result summary{median(times), median(ratios)};
+        medians[{what.name, who.name}] = summary;
+        fmt::print("{:<26} {:<52} {:>12.0f} ns/op {:>10.2f} lost/peak\n", what.name, who.name, summary.ns_per_operation,
+                   summary.lost_over_peak);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "cudapmr_memory_bench: {}\n", error.what());
+    return 1;
+  }
+  if (timeline_file != nullptr) std::fclose(timeline_file);
+  fmt::print("\n## Time (ns per operation) and device memory lost / live peak, medians of {}\n\n| workload |", repetitions);
+  for (const entrant& who : all) fmt::print(" {} |", who.name.substr(who.name.find(':') + 1));
+  fmt::print("\n|---|");
+  for (std::size_t i = 0; i < all.size(); ++i) fmt::print("---|");
+  fmt::print("\n");
+  for (const named_workload& what : work) {
+    if (!only.empty() && what.name.find(only) == std::string::npos) continue;
+    fmt::print("| {} |", what.name);
+    for (const entrant& who : all) {
+      const result& r = medians[{what.name, who.name}];
+      fmt::print(" {:.0f} ns, {:.2f} |", r.ns_per_operation, r.lost_over_peak);
+    }
+    fmt::print("\n");
+  }
+  return 0;
+}

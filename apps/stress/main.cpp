@@ -24,7 +24,9 @@ constexpr std::string_view usage = R"(usage: cudapmr_stress [--operations N] [--
 Random allocations (of random size and alignment), frees, copies, fills and
 kernels from T threads over S streams, across the device, pinned, managed
 and host resources, caching_resource over each, and every adaptor stacked
-over each. Each live allocation holds a pattern checked before it is freed;
+over each. One stream-ordered free in four goes to another stream, ordered
+by an event, as a consumer stream's would. Each live allocation holds a
+pattern checked before it is freed;
 at the end every counter must balance and every pool hold no used memory.
 
   --operations N  random operations in all (default 1000000)

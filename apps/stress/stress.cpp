@@ -238,11 +238,12 @@ struct block {
 /// One thread's share of the run, on one stream.
 class worker {
  public:
-  worker(const options& chosen, std::vector<target*> targets, stream_ref stream, unsigned index,
+  worker(const options& chosen, std::vector<target*> targets, std::vector<stream_ref> streams, unsigned index,
          failure_log& failures)
       : options_(chosen),
         targets_(std::move(targets)),
-        stream_(stream),
+        streams_(std::move(streams)),
+        stream_(streams_[index % streams_.size()]),
         random_(chosen.seed * 0x9e3779b97f4a7c15ULL + index),
         next_seed_(index * 0x01000193u + 1),
         failures_(failures) {}
@@ -255,13 +256,17 @@ class worker {
         CUDAPMR_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_mismatches_),
                                  targets_.size() * sizeof(unsigned long long)));
         CUDAPMR_CHECK(cudaMemset(device_mismatches_, 0, targets_.size() * sizeof(unsigned long long)));
+        CUDAPMR_CHECK(cudaEventCreateWithFlags(&handed_over_, cudaEventDisableTiming));
       }
       for (std::uint64_t i = 0; i < operations && failures_.count() < failures_kept; ++i) step();
       while (!live_.empty()) {
         check_and_free(live_.size() - 1);
         ++final_frees_;
       }
-      if (!options_.host_only) collect_device_mismatches();
+      if (!options_.host_only) {
+        collect_device_mismatches();
+        CUDAPMR_CHECK(cudaEventDestroy(handed_over_));
+      }
     } catch (const std::exception& error) {
       failures_.add(fmt::format("thread on stream {}: {}", fmt::ptr(stream_.get()), error.what()));
     }
@@ -343,9 +348,21 @@ class worker {
       if (!where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
       where.resource->deallocate(freed.data, freed.bytes, freed.alignment);
     } else {
-      where.resource->deallocate_async(freed.data, freed.bytes, freed.alignment, stream_);
+      where.resource->deallocate_async(freed.data, freed.bytes, freed.alignment, free_stream());
     }
     where.frees.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  /// Where a stream-ordered free goes: one time in four another stream,
+  /// ordered after this one's work by an event, as a consumer stream would.
+  stream_ref free_stream() {
+    if (streams_.size() < 2 || uniform(random_) >= 0.25) return stream_;
+    const stream_ref other = streams_[pick(streams_.size())];
+    if (!options_.host_only && other != stream_) {
+      CUDAPMR_CHECK(cudaEventRecord(handed_over_, stream_.get()));
+      CUDAPMR_CHECK(cudaStreamWaitEvent(other.get(), handed_over_, 0));
+    }
+    return other;
   }
 
   void check_on_host(const block& checked) {
@@ -425,7 +442,9 @@ class worker {
 
   const options& options_;
   std::vector<target*> targets_;
+  std::vector<stream_ref> streams_;  // every stream of the run; this worker's own is `stream_`
   stream_ref stream_;
+  cudaEvent_t handed_over_ = nullptr;
   std::mt19937_64 random_;
   std::uniform_real_distribution<double> uniform{0.0, 1.0};
   std::uint32_t next_seed_;
@@ -469,7 +488,7 @@ report run(const options& chosen) {
 
   std::vector<std::unique_ptr<worker>> workers;
   for (unsigned i = 0; i < chosen.threads; ++i)
-    workers.push_back(std::make_unique<worker>(chosen, targets, streams[i % chosen.streams], i, failures));
+    workers.push_back(std::make_unique<worker>(chosen, targets, streams, i, failures));
   const auto start = std::chrono::steady_clock::now();
   {
     std::vector<std::jthread> threads;

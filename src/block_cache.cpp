@@ -398,6 +398,8 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, bool
     }
     out.push_back({block.pointer, block.size_class, stream});
   }
+  const std::lock_guard lock(sealed_mutex_);
+  for (const sealed_block& block : chosen) release_reference(block.event);
   return moved;
 }
 

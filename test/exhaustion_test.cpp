@@ -18,16 +18,6 @@ namespace {
 
 constexpr std::size_t gibibyte = std::size_t{1} << 30;
 
-/// compute-sanitizer's tools slow every access down and keep shadow state per
-/// byte; under them the device test fills a capped pool instead of the GPU.
-/// test/run_sanitizers.sh sets CUDAPMR_UNDER_COMPUTE_SANITIZER; the tools
-/// also load themselves through CUDA's injection variable.
-bool under_compute_sanitizer() {
-  if (std::getenv("CUDAPMR_UNDER_COMPUTE_SANITIZER") != nullptr) return true;
-  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
-  return injection != nullptr && std::string_view(injection).find("sanitizer") != std::string_view::npos;
-}
-
 struct stamped_block {
   std::uint32_t* words;
   std::size_t bytes;

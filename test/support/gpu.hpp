@@ -8,10 +8,23 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace cudapmr::test {
 
 /// True where at least one CUDA device exists.
+/// compute-sanitizer's tools slow every access down and keep shadow state per
+/// byte; under them some tests do less (the exhaustion test fills a capped
+/// pool instead of the GPU). test/run_sanitizers.sh sets
+/// CUDAPMR_UNDER_COMPUTE_SANITIZER; the tools also load themselves through
+/// CUDA's injection variable.
+inline bool under_compute_sanitizer() {
+  if (std::getenv("CUDAPMR_UNDER_COMPUTE_SANITIZER") != nullptr) return true;
+  const char* injection = std::getenv("CUDA_INJECTION64_PATH");
+  return injection != nullptr && std::string_view(injection).find("sanitizer") != std::string_view::npos;
+}
+
 inline bool gpu_available() {
   static const bool available = device::count() > 0;
   return available;

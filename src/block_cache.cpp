@@ -234,11 +234,14 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
     const std::lock_guard lock(sealed_mutex_);
     std::vector<sealed_block>& list = sealed_[size_class];
     if (list.empty()) return nullptr;
-    // The stream's own blocks first (no wait), then those whose event is known
-    // to have completed, then the newest.
-    auto chosen = std::find_if(list.rbegin(), list.rend(), [&](const sealed_block& each) {
-      return each.origin == entry || each.event->completed.load(std::memory_order_relaxed);
-    });
+    // The stream's own blocks first (no wait, and no other stream loses its
+    // block to it), then those whose event is known to have completed, then
+    // the newest.
+    auto chosen = std::find_if(list.rbegin(), list.rend(), [&](const sealed_block& each) { return each.origin == entry; });
+    if (chosen == list.rend())
+      chosen = std::find_if(list.rbegin(), list.rend(), [&](const sealed_block& each) {
+        return each.event->completed.load(std::memory_order_relaxed);
+      });
     if (chosen == list.rend()) chosen = list.rbegin();
     block = *chosen;
     *chosen = list.back();
@@ -272,6 +275,10 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
   }
   if (!own) cross_.fetch_add(1, std::memory_order_relaxed);
   release_reference(block.event);
+  if (own && wanting_.load(std::memory_order_relaxed) == entry) {
+    stream_entry* expected = entry;
+    wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
+  }
   return block.pointer;
 }
 

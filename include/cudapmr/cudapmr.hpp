@@ -4,6 +4,7 @@
 /// that need more than the toolkit (cccl.hpp, thrust_allocator.hpp, dlpack.hpp)
 /// and the NCCL headers (nccl_*.hpp, in cudapmr::nccl).
 
+#include "cudapmr/adaptors/caching_resource.hpp"
 #include "cudapmr/adaptors/failure_callback_adaptor.hpp"
 #include "cudapmr/adaptors/limiting_adaptor.hpp"
 #include "cudapmr/adaptors/logging_adaptor.hpp"

@@ -3,6 +3,8 @@
 #include "cudapmr/error.hpp"
 #include "cudapmr/pool_resource.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace cudapmr {
@@ -53,7 +55,19 @@ void caching_resource::free_upstream(const std::vector<detail::evicted_block>& b
                                          block.stream);
 }
 
-void* caching_resource::allocate_block(std::size_t size_class, stream_ref stream) {
+void* caching_resource::allocate_block(std::size_t requested, std::size_t alignment, std::size_t size_class,
+                                       stream_ref stream) {
+  try {
+    return allocate_class(size_class, stream);
+  } catch (const out_of_memory& error) {
+    // The upstream was asked for a whole size class; the caller asked for less.
+    throw out_of_memory(requested, alignment, description(),
+                        fmt::format("the upstream refused the {} bytes of its size class: {}",
+                                    detail::size_class_bytes(size_class), error.what()));
+  }
+}
+
+void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream) {
   counters_.miss();
   const std::size_t bytes = detail::size_class_bytes(size_class);
   std::vector<detail::evicted_block> evicted;
@@ -93,7 +107,7 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
     counters_.hit();
     return p;
   }
-  return allocate_block(size_class, stream);
+  return allocate_block(bytes, alignment, size_class, stream);
 }
 
 void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,

@@ -113,6 +113,12 @@ struct failure_callback_maker {
   }
 };
 
+struct caching_maker {
+  static caching_resource make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return caching_resource(upstream);
+  }
+};
+
 /// Owns an upstream resource and the adaptor over it.
 template <class Upstream, class Maker>
 struct adaptor_holder {
@@ -145,7 +151,7 @@ template <class Upstream>
 using each_adaptor_over = ::testing::Types<
     adaptor_case<Upstream, statistics_maker>, adaptor_case<Upstream, tracking_maker>,
     adaptor_case<Upstream, limiting_maker>, adaptor_case<Upstream, logging_maker>,
-    adaptor_case<Upstream, failure_callback_maker>>;
+    adaptor_case<Upstream, failure_callback_maker>, adaptor_case<Upstream, caching_maker>>;
 
 /// Joins ::testing::Types lists.
 template <class... Lists>

@@ -109,9 +109,13 @@ class caching_resource final : public resource_adaptor {
 
   [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
   [[nodiscard]] bool is_captured(stream_ref stream) const noexcept;
-  /// A block of `size_class` from upstream after a miss on `stream`: first
-  /// returns what the cache should give up, then on exhaustion all it can.
-  [[nodiscard]] void* allocate_block(std::size_t size_class, stream_ref stream);
+  /// A block of `size_class` from upstream after a miss on `stream` for
+  /// `requested` bytes; out_of_memory names `requested`.
+  [[nodiscard]] void* allocate_block(std::size_t requested, std::size_t alignment, std::size_t size_class,
+                                     stream_ref stream);
+  /// The same, first returning what the cache should give up, then on
+  /// exhaustion all it can.
+  [[nodiscard]] void* allocate_class(std::size_t size_class, stream_ref stream);
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
 
   caching_options options_;

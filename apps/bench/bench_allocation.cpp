@@ -60,24 +60,6 @@ cudaError_t malloc_managed(void** p, std::size_t bytes) { return cudaMallocManag
 cudaError_t free_device(void* p) { return cudaFree(p); }
 cudaError_t free_host(void* p) { return cudaFreeHost(p); }
 
-/// cudaMallocAsync / cudaFreeAsync, or the same from a given pool.
-class cuda_pool final : public allocator_under_test {
- public:
-  explicit cuda_pool(cudaMemPool_t pool) : pool_(pool) {
-    std::uint64_t keep_all = ~std::uint64_t{0};
-    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute");
-  }
-  void* allocate(std::size_t bytes, cudaStream_t stream) override {
-    void* p = nullptr;
-    check(cudaMallocFromPoolAsync(&p, bytes, pool_, stream), "cudaMallocFromPoolAsync");
-    return p;
-  }
-  void deallocate(void* p, std::size_t, cudaStream_t stream) override { check(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
-
- private:
-  cudaMemPool_t pool_;
-};
-
 /// The host reference: std::pmr's own pool over the heap.
 class pmr_unsynchronized_pool final : public allocator_under_test {
  public:
@@ -149,7 +131,7 @@ std::vector<entrant> entrants() {
   std::vector<entrant> all{
       {"device", "peer:cudaMalloc", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_device, free_device); }},
       {"device", "peer:cudaMallocAsync", false,
-       [=] { return std::make_unique<cuda_pool>(default_pool(device0, cudaMemAllocationTypePinned)); }},
+       [=] { return make_cuda_pool_allocator(default_pool(device0, cudaMemAllocationTypePinned)); }},
       {"device", "peer:cub::CachingDeviceAllocator", false, [] { return make_cub_caching_allocator(false); }},
       {"device", "peer:cub::CachingDeviceAllocator(tuned)", false, [] { return make_cub_caching_allocator(true); }},
       {"device", "cudapmr:device_memory_resource", false, [=] { return ours(device_pool(), false); }},
@@ -158,13 +140,13 @@ std::vector<entrant> entrants() {
        [=] { return ours_caching(device_pool(), false, {.check_capture = false}); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
-       [=] { return std::make_unique<cuda_pool>(default_pool(host, cudaMemAllocationTypePinned)); }},
+       [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},
       {"pinned", "cudapmr:pinned_memory_resource(pmr)", false, [=] { return ours(pinned_pool(), true); }},
       {"pinned", "cudapmr:pinned_memory_resource(async)", false, [=] { return ours(pinned_pool(), false); }},
       {"pinned", "cudapmr:caching_resource(pinned)", false, [=] { return ours_caching(pinned_pool(), false); }},
       {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_managed, free_device); }},
       {"managed", "peer:managed pool (cudaMallocFromPoolAsync)", false,
-       [=] { return std::make_unique<cuda_pool>(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
+       [=] { return make_cuda_pool_allocator(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
       {"managed", "cudapmr:managed_memory_resource(pmr)", false, [=] { return ours(managed_pool(), true); }},
       {"managed", "cudapmr:managed_memory_resource(async)", false, [=] { return ours(managed_pool(), false); }},
       {"managed", "cudapmr:caching_resource(managed)", false, [=] { return ours_caching(managed_pool(), false); }},

@@ -55,30 +55,14 @@ cudaStream_t new_stream() {
 
 /// cudaMallocFromPoolAsync over a pool of its own that keeps its memory, as
 /// RMM's cuda_async does by default.
-class cuda_async final : public allocator_under_test {
- public:
-  cuda_async() {
-    cudaMemPoolProps properties{};
-    properties.allocType = cudaMemAllocationTypePinned;
-    properties.location = {cudaMemLocationTypeDevice, 0};
-    check(cudaMemPoolCreate(&pool_, &properties), "cudaMemPoolCreate");
-    std::uint64_t keep_all = ~std::uint64_t{0};
-    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute");
-  }
-  ~cuda_async() override {
-    static_cast<void>(cudaDeviceSynchronize());
-    static_cast<void>(cudaMemPoolDestroy(pool_));
-  }
-  void* allocate(std::size_t bytes, cudaStream_t stream) override {
-    void* p = nullptr;
-    check(cudaMallocFromPoolAsync(&p, bytes, pool_, stream), "cudaMallocFromPoolAsync");
-    return p;
-  }
-  void deallocate(void* p, std::size_t, cudaStream_t stream) override { check(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
-
- private:
-  cudaMemPool_t pool_ = nullptr;
-};
+std::unique_ptr<allocator_under_test> own_cuda_pool() {
+  cudaMemPoolProps properties{};
+  properties.allocType = cudaMemAllocationTypePinned;
+  properties.location = {cudaMemLocationTypeDevice, 0};
+  cudaMemPool_t pool = nullptr;
+  check(cudaMemPoolCreate(&pool, &properties), "cudaMemPoolCreate");
+  return make_cuda_pool_allocator(pool, true);
+}
 
 /// A cudapmr stack: an owned device pool, with or without the cache over it.
 class cudapmr_stack final : public allocator_under_test {
@@ -105,7 +89,7 @@ struct entrant {
 
 std::vector<entrant> entrants() {
   std::vector<entrant> all{
-      {"peer:cudaMallocAsync (own pool, keeps all)", [] { return std::make_unique<cuda_async>(); }},
+      {"peer:cudaMallocAsync (own pool, keeps all)", own_cuda_pool},
       {"peer:cub::CachingDeviceAllocator (tuned)", [] { return make_cub_caching_allocator(true); }},
   };
 #ifdef CUDAPMR_BENCH_HAVE_RMM

@@ -2,7 +2,9 @@
 
 #include <cub/util_allocator.cuh>
 
+#include <cstdint>
 #include <stdexcept>
+#include <string>
 
 namespace bench {
 namespace {
@@ -25,6 +27,35 @@ class cub_caching_allocator final : public allocator_under_test {
   cub::CachingDeviceAllocator allocator_;
 };
 
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(status));
+}
+
+class cuda_pool final : public allocator_under_test {
+ public:
+  cuda_pool(cudaMemPool_t pool, bool owned) : pool_(pool), owned_(owned) {
+    std::uint64_t keep_all = ~std::uint64_t{0};
+    check(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep_all), "cudaMemPoolSetAttribute");
+  }
+  ~cuda_pool() override {
+    if (!owned_) return;
+    static_cast<void>(cudaDeviceSynchronize());
+    static_cast<void>(cudaMemPoolDestroy(pool_));
+  }
+  cuda_pool(const cuda_pool&) = delete;
+  cuda_pool& operator=(const cuda_pool&) = delete;
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    void* p = nullptr;
+    check(cudaMallocFromPoolAsync(&p, bytes, pool_, stream), "cudaMallocFromPoolAsync");
+    return p;
+  }
+  void deallocate(void* p, std::size_t, cudaStream_t stream) override { check(cudaFreeAsync(p, stream), "cudaFreeAsync"); }
+
+ private:
+  cudaMemPool_t pool_;
+  bool owned_;
+};
+
 __global__ void touch_kernel(unsigned int* words, std::size_t count) {
   for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count;
        i += std::size_t{gridDim.x} * blockDim.x)
@@ -35,6 +66,10 @@ __global__ void touch_kernel(unsigned int* words, std::size_t count) {
 
 std::unique_ptr<allocator_under_test> make_cub_caching_allocator(bool tuned) {
   return std::make_unique<cub_caching_allocator>(tuned);
+}
+
+std::unique_ptr<allocator_under_test> make_cuda_pool_allocator(cudaMemPool_t pool, bool owned) {
+  return std::make_unique<cuda_pool>(pool, owned);
 }
 
 void touch(void* p, std::size_t bytes, cudaStream_t stream) {

@@ -22,6 +22,11 @@ class allocator_under_test {
 /// from 256 B to 4 MiB, 16 GiB cached).
 std::unique_ptr<allocator_under_test> make_cub_caching_allocator(bool tuned);
 
+/// cudaMallocFromPoolAsync / cudaFreeAsync from `pool`, its release threshold
+/// set to keep all memory (cudaMallocAsync's own pool is the device's default
+/// one). With `owned`, the pool is destroyed with the allocator.
+std::unique_ptr<allocator_under_test> make_cuda_pool_allocator(cudaMemPool_t pool, bool owned = false);
+
 /// Queues a kernel that writes `bytes` at `p` (device-accessible) on `stream`.
 void touch(void* p, std::size_t bytes, cudaStream_t stream);
 

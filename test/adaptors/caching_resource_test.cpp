@@ -115,9 +115,13 @@ TEST(CachingResource, AnUnsealedFreeNeverReachesAnotherStream) {
   void* p = cache.allocate_async(4096, fake_stream(1));
   cache.deallocate_async(p, 4096, fake_stream(1));  // an old stream, no demand: no event
   EXPECT_EQ(ordering.events.size(), events);
-  EXPECT_NE(cache.allocate_async(4096, fake_stream(2)), p);
+  void* on_other = cache.allocate_async(4096, fake_stream(2));
+  EXPECT_NE(on_other, p);
   EXPECT_EQ(cache.allocate_async(4096, fake_stream(1)), p);  // its own stream reuses it at once
+  cache.deallocate_async(on_other, 4096, fake_stream(2));
+  cache.deallocate_async(p, 4096, fake_stream(1));
   cache.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
 TEST(CachingResource, AStreamReusingItsOwnFreesRecordsNoEvents) {

@@ -48,13 +48,12 @@ void* free_lists::pop(std::size_t size_class) noexcept {
   return pointer;
 }
 
-bool free_lists::push(std::size_t size_class, void* pointer, std::uint64_t now) noexcept {
+bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
   try {
     lists_[size_class].push_back(pointer);
   } catch (...) {
     return false;
   }
-  last_push_[size_class] = now;
   bytes_ += size_class_bytes(size_class);
   ++blocks_;
   return true;
@@ -68,21 +67,6 @@ void free_lists::drain_into(std::vector<cached_block>& out) {
   }
   bytes_ = 0;
   blocks_ = 0;
-}
-
-std::size_t free_lists::drain_cold_into(std::vector<cached_block>& out, std::size_t keep, std::uint64_t before) {
-  if (blocks_ == 0) return 0;
-  std::size_t moved = 0;
-  for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class) {
-    std::vector<void*>& list = lists_[size_class];
-    if (list.empty() || size_class == keep || last_push_[size_class] >= before) continue;
-    for (void* pointer : list) out.push_back({pointer, size_class});
-    moved += list.size() * size_class_bytes(size_class);
-    blocks_ -= list.size();
-    list.clear();
-  }
-  bytes_ -= moved;
-  return moved;
 }
 
 std::size_t free_lists::drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes) {
@@ -291,7 +275,7 @@ bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer)
   std::vector<cached_block> to_seal;
   {
     const std::lock_guard lock(entry->mutex);
-    if (!entry->unsealed.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return refuse(size_class);
+    if (!entry->unsealed.push(size_class, pointer)) return refuse(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
@@ -313,7 +297,7 @@ bool block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
   if (!keeps(size_class)) return false;
   ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
   const std::lock_guard lock(own.mutex);
-  if (!own.lists.push(size_class, pointer, misses_.load(std::memory_order_relaxed))) return refuse(size_class);
+  if (!own.lists.push(size_class, pointer)) return refuse(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
   return true;
@@ -332,13 +316,12 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
     }
   }
   if (sealed != nullptr) {
-    const std::uint64_t now = misses_.load(std::memory_order_relaxed);
     const std::lock_guard lock(sealed_mutex_);
     std::size_t moved = 0;
     try {
       for (; moved < blocks.size(); ++moved) {
         const cached_block& block = blocks[moved];
-        sealed_[block.size_class].push_back({block.pointer, block.size_class, sealed, &entry, now});
+        sealed_[block.size_class].push_back({block.pointer, block.size_class, sealed, &entry});
       }
     } catch (...) {
     }
@@ -355,7 +338,7 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
   const std::lock_guard lock(entry.mutex);
   std::int64_t returned = 0;
   for (const cached_block& block : blocks) {
-    if (entry.unsealed.push(block.size_class, block.pointer, misses_.load(std::memory_order_relaxed)))
+    if (entry.unsealed.push(block.size_class, block.pointer))
       returned += static_cast<std::int64_t>(size_class_bytes(block.size_class));
     // else: no memory to keep even the list: the block is lost to the cache, and stays with its upstream
   }
@@ -371,17 +354,14 @@ void block_cache::release_reference(sealed_event* event) noexcept {
 
 // ---- giving back upstream -------------------------------------------------------------
 
-std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, bool cold_only, std::size_t keep,
-                                      std::uint64_t before, std::vector<evicted_block>& out) {
+std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) {
   std::vector<sealed_block> chosen;
   std::size_t moved = 0;
   {
     const std::lock_guard lock(sealed_mutex_);
     for (std::size_t size_class = size_class_count; size_class-- > 0 && moved < bytes;) {
       std::vector<sealed_block>& list = sealed_[size_class];
-      if (cold_only && size_class == keep) continue;
       for (std::size_t index = list.size(); index-- > 0 && moved < bytes;) {
-        if (cold_only && list[index].when >= before) continue;
         chosen.push_back(list[index]);
         list[index] = list.back();
         list.pop_back();
@@ -412,7 +392,6 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, bool
 
 
 void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
-  misses_.fetch_add(1, std::memory_order_relaxed);
   const std::size_t incoming = size_class_bytes(size_class);
   // The cache may hold no more than is live (taken from upstream, not cached)
   // with this block, a 64th of the budget at least, and the budget with it.
@@ -445,7 +424,7 @@ void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vect
     shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
   }
   if (over != 0 && sealed_blocks_.load(std::memory_order_relaxed) != 0)
-    over -= std::min(over, evict_sealed(stream, over, false, 0, 0, out));
+    over -= std::min(over, evict_sealed(stream, over, out));
   if (over != 0) {
     if (stream_entry* entry = entry_of(stream)) {
       const std::lock_guard lock(entry->mutex);
@@ -480,7 +459,7 @@ void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block
     shard.blocks.store(0, std::memory_order_relaxed);
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
-  evict_sealed(stream, std::numeric_limits<std::size_t>::max(), false, 0, 0, out);
+  evict_sealed(stream, std::numeric_limits<std::size_t>::max(), out);
   note_returned(out, first);
 }
 

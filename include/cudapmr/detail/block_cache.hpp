@@ -32,19 +32,15 @@ struct evicted_block {
   stream_ref stream;
 };
 
-/// Free blocks by size class, with the time (a count of the cache's misses)
-/// each class last received one. Not thread-safe: the owner holds a lock.
+/// Free blocks by size class. Not thread-safe: the owner holds a lock.
 class free_lists {
  public:
   /// A block of `size_class`, or null.
   [[nodiscard]] void* pop(std::size_t size_class) noexcept;
   /// False when the block could not be kept (no memory for the list).
-  [[nodiscard]] bool push(std::size_t size_class, void* pointer, std::uint64_t now) noexcept;
+  [[nodiscard]] bool push(std::size_t size_class, void* pointer) noexcept;
   /// Moves every block into `out` and empties the lists.
   void drain_into(std::vector<cached_block>& out);
-  /// Moves into `out` the blocks of classes other than `keep` that received
-  /// none since `before`; returns their bytes.
-  std::size_t drain_cold_into(std::vector<cached_block>& out, std::size_t keep, std::uint64_t before);
   /// Moves blocks into `out`, largest classes first, until `bytes` are gone; returns the bytes moved.
   std::size_t drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes);
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
@@ -52,7 +48,6 @@ class free_lists {
 
  private:
   std::array<std::vector<void*>, size_class_count> lists_;
-  std::array<std::uint64_t, size_class_count> last_push_{};
   std::size_t bytes_ = 0;
   std::size_t blocks_ = 0;
 };
@@ -154,7 +149,6 @@ class block_cache {
     std::size_t size_class;
     sealed_event* event;
     stream_entry* origin;
-    std::uint64_t when;  // the miss count at sealing
   };
   struct alignas(64) ready_shard {
     mutable std::mutex mutex;
@@ -177,11 +171,9 @@ class block_cache {
   void seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept;
   /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
   void release_reference(sealed_event* event) noexcept;
-  /// Moves sealed blocks into `out`, freed on `stream` after it waits for their
-  /// events, until `bytes` are gone (all with SIZE_MAX); only those older than
-  /// `before` and of a class other than `keep` when `cold_only`.
-  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, bool cold_only, std::size_t keep,
-                           std::uint64_t before, std::vector<evicted_block>& out);
+  /// Moves sealed blocks into `out`, largest classes first, to be freed on
+  /// `stream` after it waits for their events, until `bytes` are gone.
+  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
   /// Adds `change` bytes to a lock holder's `unflushed` count, and that to the
   /// shared total once it is large: threads rarely write one cache line.
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;
@@ -197,7 +189,6 @@ class block_cache {
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
-  std::atomic<std::uint64_t> misses_{0};
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> cross_{0};

@@ -1,7 +1,7 @@
 #include "cudapmr/detail/stream_ordering.hpp"
 
+#include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/device.hpp"
-#include "cudapmr/error.hpp"
 
 #include <cuda.h>
 
@@ -102,13 +102,7 @@ class cuda_ordering final : public stream_ordering {
     return device;
   }
 
-  void synchronize_all_devices() override {
-    const int devices = device::count();
-    for (int ordinal = 0; ordinal < devices; ++ordinal) {
-      const scoped_device guard(ordinal);
-      CUDAPMR_CHECK(cudaDeviceSynchronize());
-    }
-  }
+  void synchronize_all_devices() override { synchronize_devices(memory_kind::device, -1); }
 
  private:
   pooled_event* take_event(int device) noexcept {

@@ -391,22 +391,28 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
 }
 
 
+std::size_t block_cache::excess(std::size_t incoming) const noexcept {
+  const auto cached =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
+  const auto held = static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
+  const std::size_t live = held > cached ? held - cached : 0;
+  const std::size_t beside_live = std::max(live + incoming, max_bytes_ / 64);
+  const std::size_t within_budget = max_bytes_ > incoming ? max_bytes_ - incoming : 0;
+  const std::size_t allowed = std::min(beside_live, within_budget);
+  return cached > allowed ? cached - allowed : 0;
+}
+
 void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
-  const std::size_t incoming = size_class_bytes(size_class);
-  // The cache may hold no more than is live (taken from upstream, not cached)
-  // with this block, a 64th of the budget at least, and the budget with it.
-  const auto excess = [&]() -> std::size_t {
-    const auto cached =
-        static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
-    const auto held = static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
-    const std::size_t live = held > cached ? held - cached : 0;
-    const std::size_t beside_live = std::max(live + incoming, max_bytes_ / 64);
-    const std::size_t within_budget = max_bytes_ > incoming ? max_bytes_ - incoming : 0;
-    const std::size_t allowed = std::min(beside_live, within_budget);
-    return cached > allowed ? cached - allowed : 0;
-  };
-  std::size_t over = excess();
-  if (over == 0) return;
+  if (const std::size_t over = excess(size_class_bytes(size_class)); over != 0) evict(stream, over, out);
+}
+
+void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) {
+  // A little below the line (a 512th of the budget), so that frees at the line do not trim each time.
+  if (const std::size_t over = excess(0); over != 0) evict(stream, over + max_bytes_ / 512, out);
+}
+
+void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) {
+  std::size_t over = bytes;
   const std::size_t first = out.size();
   std::vector<cached_block> blocks;
   const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed) {

@@ -5,13 +5,20 @@
 // once). Medians of the repetitions; a markdown table last, and the device
 // memory over time of one workload per allocator as CSV for the plot.
 //
-//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv]
+// The trace workload replays a logging_adaptor log (`--trace FILE`, or by
+// default one recorded at start from replay's 16-thread workload) with a
+// thread per logged thread and a stream per logged stream.
+//
+//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD]
 #include "peer_allocators.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
 #include "rmm_peers.hpp"
 #endif
 
+#include "replay.hpp"
+
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
 #include <cuda_runtime_api.h>
@@ -26,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -236,12 +244,61 @@ void random_mix(workload_context& context, int stream_count) {
   }
 }
 
+/// Any entrant as a device resource, so that replay can drive it.
+class entrant_resource final : public cudapmr::stream_ordered_resource {
+ public:
+  explicit entrant_resource(allocator_under_test& allocator)
+      : stream_ordered_resource(cudapmr::memory_kind::device, 0), allocator_(allocator) {}
+  [[nodiscard]] std::string description() const override { return "benchmark entrant"; }
+
+ private:
+  [[nodiscard]] cudapmr::stream_ref do_bound_stream() const noexcept override { return bound_.ref(); }
+  void* do_allocate_async(std::size_t bytes, std::size_t, cudapmr::stream_ref stream) override {
+    return allocator_.allocate(bytes, stream.get());
+  }
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t, cudapmr::stream_ref stream) noexcept override {
+    allocator_.deallocate(p, bytes, stream.get());
+  }
+  allocator_under_test& allocator_;
+  cudapmr::stream bound_{0};
+};
+
+/// The events of a log with every alignment at most 256 bytes (what every
+/// peer gives), or replay's own 16-thread workload recorded over a device pool.
+std::vector<replay::event> load_trace(const std::string& path) {
+  std::vector<replay::event> events;
+  if (!path.empty()) {
+    events = replay::read_log(std::filesystem::path(path));
+  } else {
+    std::ostringstream log;
+    {
+      cudapmr::device_memory_resource pool(0, cudapmr::device_pool_options{});
+      cudapmr::logging_adaptor logging(pool, log);
+      replay::run_workload(logging, replay::workload_options{
+                                        .threads = 16, .allocations_per_thread = 2000, .max_bytes = 4 * mebibyte});
+    }
+    std::istringstream in(log.str());
+    events = replay::read_log(in);
+  }
+  for (replay::event& each : events) each.alignment = std::min<std::size_t>(each.alignment, 256);
+  return events;
+}
+
+void replay_trace(workload_context& context, const std::vector<replay::event>& events) {
+  entrant_resource resource(context.allocator);
+  const replay::result done = replay::run(events, resource);
+  if (done.failures != done.logged_failures)
+    throw std::runtime_error(fmt::format("the trace replay was refused {} allocations", done.failures));
+  context.operations = done.events;
+  context.live_peak = replay::peak_bytes(events);
+}
+
 struct named_workload {
   std::string name;
   workload run;
 };
 
-std::vector<named_workload> workloads() {
+std::vector<named_workload> workloads(const std::vector<replay::event>& trace) {
   return {
       {"pair 256 B", [](workload_context& c) { pairs(c, 256); }},
       {"pair 1 MiB", [](workload_context& c) { pairs(c, mebibyte); }},
@@ -250,6 +307,7 @@ std::vector<named_workload> workloads() {
       {"new stream per request", stream_per_request},
       {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
       {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
+      {"trace replay, 16 threads", [&trace](workload_context& c) { replay_trace(c, trace); }},
   };
 }
 
@@ -291,13 +349,16 @@ int main(int argc, char** argv) {
   int repetitions = 3;
   std::string timeline_path = "memory_timeline.csv";
   std::string only;
+  std::string trace_path;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--repetitions" && i + 1 < argc) repetitions = std::atoi(argv[++i]);
     else if (argument == "--timeline" && i + 1 < argc) timeline_path = argv[++i];
     else if (argument == "--only" && i + 1 < argc) only = argv[++i];
+    else if (argument == "--trace" && i + 1 < argc) trace_path = argv[++i];
     else {
-      fmt::print(stderr, "usage: cudapmr_memory_bench [--repetitions N] [--timeline FILE] [--only WORKLOAD]\n");
+      fmt::print(stderr,
+                 "usage: cudapmr_memory_bench [--repetitions N] [--timeline FILE] [--trace FILE] [--only WORKLOAD]\n");
       return 2;
     }
   }
@@ -312,7 +373,14 @@ int main(int argc, char** argv) {
   }
   using namespace bench;
   const std::vector<entrant> all = entrants();
-  const std::vector<named_workload> work = workloads();
+  std::vector<replay::event> trace;
+  try {
+    trace = load_trace(trace_path);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "cudapmr_memory_bench: the trace: {}\n", error.what());
+    return 2;
+  }
+  const std::vector<named_workload> work = workloads(trace);
   std::map<std::pair<std::string, std::string>, result> medians;
   std::FILE* timeline_file = std::fopen(timeline_path.c_str(), "w");
   if (timeline_file != nullptr) std::fprintf(timeline_file, "allocator,workload,operation,device_mib\n");

@@ -25,7 +25,9 @@ Random allocations (of random size and alignment), frees, copies, fills and
 kernels from T threads over S streams, across the device, pinned, managed
 and host resources, caching_resource over each, and every adaptor stacked
 over each. One stream-ordered free in four goes to another stream, ordered
-by an event, as a consumer stream's would. Each live allocation holds a
+by an event, as a consumer stream's would; one operation in a thousand
+captures a graph that allocates from a device target, stamps, checks and
+frees, and launches it twice. Each live allocation holds a
 pattern checked before it is freed;
 at the end every counter must balance and every pool hold no used memory.
 
@@ -77,22 +79,24 @@ bool parse_arguments(int argc, char** argv, stress::options& chosen) {
 }
 
 void print(const stress::options& chosen, const stress::report& result) {
-  fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>10}\n", "target", "allocs", "bytes", "frees",
-             "copies", "fills", "kernels", "mismatches");
+  fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}\n", "target", "allocs", "bytes", "frees",
+             "copies", "fills", "kernels", "graphs", "mismatches");
   stress::target_report total{"total"};
   for (const stress::target_report& line : result.targets) {
-    fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>10}\n", line.name, line.allocations,
-               line.bytes_allocated, line.frees, line.copies, line.fills, line.kernels, line.mismatches);
+    fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}\n", line.name, line.allocations,
+               line.bytes_allocated, line.frees, line.copies, line.fills, line.kernels, line.graphs, line.mismatches);
     total.allocations += line.allocations;
     total.bytes_allocated += line.bytes_allocated;
     total.frees += line.frees;
     total.copies += line.copies;
     total.fills += line.fills;
     total.kernels += line.kernels;
+    total.graphs += line.graphs;
     total.mismatches += line.mismatches;
   }
-  fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>10}\n", total.name, total.allocations,
-             total.bytes_allocated, total.frees, total.copies, total.fills, total.kernels, total.mismatches);
+  fmt::print("{:<18} {:>10} {:>14} {:>10} {:>9} {:>9} {:>9} {:>7} {:>10}\n", total.name, total.allocations,
+             total.bytes_allocated, total.frees, total.copies, total.fills, total.kernels, total.graphs,
+             total.mismatches);
   for (const std::string& failure : result.failures) fmt::print("FAILED: {}\n", failure);
   fmt::print("stress: {} operations (and {} final frees) by {} threads over {} streams on {} targets in {:.2f} s: "
              "{:.0f} operations/s; {} mismatches, {} failures\n",

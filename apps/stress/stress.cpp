@@ -85,7 +85,7 @@ struct target {
   std::unique_ptr<line_counter> log_lines;       // for a logging adaptor in the stack
   std::unique_ptr<std::ostream> log;
   std::atomic<std::uint64_t> allocations{0}, nonzero_allocations{0}, bytes_allocated{0}, frees{0}, copies{0},
-      fills{0}, kernels{0}, host_mismatches{0}, misuses{0}, callbacks{0};
+      fills{0}, kernels{0}, graphs{0}, host_mismatches{0}, misuses{0}, callbacks{0};
   std::size_t index = 0;
 
   [[nodiscard]] bool device_accessible() const noexcept { return resource->is_device_accessible(); }
@@ -278,6 +278,7 @@ class worker {
  private:
   void step() {
     const double choice = uniform(random_);
+    if (!options_.host_only && choice >= 0.999) return captured_round();
     if (live_.empty() || (choice < 0.35 && live_.size() < options_.max_live)) return allocate_one();
     const std::size_t chosen = pick(live_.size());
     if (choice < 0.60) return check_and_free(chosen);
@@ -423,6 +424,47 @@ class worker {
     changed.where->kernels.fetch_add(1, std::memory_order_relaxed);
   }
 
+  /// Captures a graph on this thread's own stream that allocates from a
+  /// device target, stamps, checks and frees; then launches it twice. Under
+  /// capture the caches must go to the pool's graph nodes: a cached block
+  /// handed to a graph would be used again at each launch, whoever owns it.
+  void captured_round() {
+    std::vector<target*> device_targets;
+    for (target* each : targets_)
+      if (each->resource->kind() == cudapmr::memory_kind::device) device_targets.push_back(each);
+    if (device_targets.empty()) return;
+    target& where = *device_targets[pick(device_targets.size())];
+    if (!capture_stream_) capture_stream_.emplace(0);
+    const stream_ref captured = capture_stream_->ref();
+    const std::size_t bytes = std::max<std::size_t>(1, random_size());
+    const pattern expected{next_seed_++, false, 0, 0};
+
+    cudaGraph_t graph = nullptr;
+    CUDAPMR_CHECK(cudaStreamBeginCapture(captured.get(), cudaStreamCaptureModeThreadLocal));
+    try {
+      void* p = where.resource->allocate_async(bytes, 256, captured);
+      stamp_on_device(p, bytes, expected.seed, captured);
+      check_on_device(p, bytes, expected, device_mismatches_ + where.index, captured);
+      where.resource->deallocate_async(p, bytes, 256, captured);
+    } catch (...) {
+      if (cudaStreamEndCapture(captured.get(), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    CUDAPMR_CHECK(cudaStreamEndCapture(captured.get(), &graph));
+    cudaGraphExec_t executable = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&executable, graph, 0);
+    CUDAPMR_CHECK(cudaGraphDestroy(graph));
+    CUDAPMR_CHECK(instantiated);
+    for (int launch = 0; launch < 2; ++launch) CUDAPMR_CHECK(cudaGraphLaunch(executable, captured.get()));
+    CUDAPMR_CHECK(cudaStreamSynchronize(captured.get()));
+    CUDAPMR_CHECK(cudaGraphExecDestroy(executable));
+    where.allocations.fetch_add(1, std::memory_order_relaxed);
+    where.nonzero_allocations.fetch_add(1, std::memory_order_relaxed);
+    where.bytes_allocated.fetch_add(bytes, std::memory_order_relaxed);
+    where.frees.fetch_add(1, std::memory_order_relaxed);
+    where.graphs.fetch_add(1, std::memory_order_relaxed);
+  }
+
   void collect_device_mismatches() {
     mismatches_.assign(targets_.size(), 0);
     CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
@@ -451,6 +493,7 @@ class worker {
   failure_log& failures_;
   std::vector<block> live_;
   unsigned long long* device_mismatches_ = nullptr;  // one counter per target
+  std::optional<cudapmr::stream> capture_stream_;     // this thread's alone: captures never meet other threads' work
   std::vector<unsigned long long> mismatches_;
   std::uint64_t final_frees_ = 0;
 };
@@ -507,7 +550,7 @@ report run(const options& chosen) {
   for (target* made : targets) {
     target_report line{made->name,           made->allocations.load(), made->bytes_allocated.load(),
                        made->frees.load(),   made->copies.load(),      made->fills.load(),
-                       made->kernels.load(), made->host_mismatches.load()};
+                       made->kernels.load(), made->graphs.load(), made->host_mismatches.load()};
     for (const auto& done : workers)
       if (made->index < done->device_mismatches().size()) line.mismatches += done->device_mismatches()[made->index];
     if (line.mismatches != made->host_mismatches.load())

@@ -34,6 +34,8 @@ struct target_report {
   std::uint64_t copies = 0;
   std::uint64_t fills = 0;
   std::uint64_t kernels = 0;
+  /// Graphs captured over the target (allocate, stamp, check, free), each launched twice.
+  std::uint64_t graphs = 0;
   /// Bytes found different from their pattern when checked before a free.
   std::uint64_t mismatches = 0;
 };

@@ -117,7 +117,17 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
   if (is_captured(stream) || !cache_.give(stream, size_class, p))
-    upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
+    return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
+  if (cache_.holds_more_than_live()) trim_to_live(stream);
+}
+
+void caching_resource::trim_to_live(stream_ref stream) noexcept {
+  std::vector<detail::evicted_block> evicted;
+  try {
+    cache_.trim_to_live(stream, evicted);
+  } catch (...) {  // no memory for the list: what was moved into it still leaves
+  }
+  free_upstream(evicted);
 }
 
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
@@ -138,7 +148,8 @@ void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t ali
   // With the bound stream never handed out, nothing queued can touch the block.
   const bool kept = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
                                           : cache_.give_ready(size_class, p);
-  if (!kept) upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
+  if (!kept) return upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
+  if (cache_.holds_more_than_live()) trim_to_live(own_bound_stream());
 }
 
 void caching_resource::release() {

@@ -69,13 +69,13 @@ TEST(CachingResource, ReusesAFreedBlockOnTheSameStreamWithoutGoingUpstream) {
   void* first = cache.allocate_async(1000, fake_stream(1));
   cache.deallocate_async(first, 1000, fake_stream(1));
   const std::size_t upstream_bytes = upstream.used_bytes();
-  void* second = cache.allocate_async(900, fake_stream(1));  // same size class
+  void* second = cache.allocate_async(980, fake_stream(1));  // same size class (961..1024)
   EXPECT_EQ(second, first);
   EXPECT_EQ(upstream.used_bytes(), upstream_bytes);
   const cache_statistics statistics = cache.statistics();
   EXPECT_EQ(statistics.hits, 1u);
   EXPECT_EQ(statistics.misses, 1u);
-  cache.deallocate_async(second, 900, fake_stream(1));
+  cache.deallocate_async(second, 980, fake_stream(1));
 }
 
 TEST(CachingResource, AnotherStreamWaitsForTheEventRecordedAtTheFree) {
@@ -249,6 +249,30 @@ TEST(CachingResource, AGrowingWorkingSetLeavesNoTrailOfColdClasses) {
   EXPECT_LE(upstream.used_bytes(), 3 * largest) << "cached " << cache.statistics().cached_blocks << " blocks";
 }
 
+TEST(CachingResource, AProgramThatWindsDownKeepsLittleCached) {
+  // 48 MiB live, then all freed: what the cache keeps follows what is live
+  // down to a 64th of the budget, instead of filling the budget.
+  host_memory_resource upstream;
+  caching_resource cache(upstream, {.max_cached_bytes = 256 * mebibyte});
+  std::vector<void*> blocks;
+  for (int i = 0; i < 48; ++i) blocks.push_back(cache.allocate_async(mebibyte, fake_stream(1)));
+  std::size_t most_cached = 0;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    cache.deallocate_async(blocks[i], mebibyte, fake_stream(1));
+    const std::size_t live = (blocks.size() - i - 1) * mebibyte;
+    const std::size_t cached = cache.statistics().cached_bytes;
+    // The cache's own count lags by up to a 64th of the budget per stream (4 MiB), plus the block at hand.
+    EXPECT_LE(cached, std::max(live, 4 * mebibyte) + 5 * mebibyte) << "after " << i + 1 << " frees";
+    most_cached = std::max(most_cached, cached);
+  }
+  EXPECT_GE(most_cached, 16 * mebibyte);  // it did cache while the program held memory
+  EXPECT_LE(upstream.used_bytes(), 9 * mebibyte);
+  // Allocating again reuses what it kept.
+  void* again = cache.allocate_async(mebibyte, fake_stream(1));
+  EXPECT_EQ(cache.statistics().hits, 1u);
+  cache.deallocate_async(again, mebibyte, fake_stream(1));
+}
+
 TEST(CachingResource, PmrFreedBlocksAreReadyForEveryPath) {
   host_memory_resource upstream;
   caching_resource cache(upstream);
@@ -285,6 +309,24 @@ TEST(CachingResource, BlocksAreWholeSizeClassesAlignedTo256) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 256, 0u);
   EXPECT_EQ(upstream.used_bytes(), detail::size_class_bytes(detail::size_class_of(1000)));
   cache.deallocate_async(p, 1000, fake_stream(1));
+}
+
+TEST(CachingResource, SizeClassesFitEveryRequestWithinAnEighthOfIt) {
+  std::size_t previous_class = 0;
+  for (std::size_t bytes = 1; bytes <= (std::size_t{1} << 40); bytes += 1 + bytes / 61) {
+    const std::size_t size_class = detail::size_class_of(bytes);
+    ASSERT_LT(size_class, detail::size_class_count) << bytes;
+    const std::size_t class_bytes = detail::size_class_bytes(size_class);
+    ASSERT_GE(class_bytes, bytes);
+    ASSERT_LE(class_bytes - bytes, std::max<std::size_t>(bytes / 8, 255)) << bytes;
+    if (size_class > 0) {
+      ASSERT_LT(detail::size_class_bytes(size_class - 1), bytes) << bytes;
+    }
+    ASSERT_GE(size_class, previous_class);
+    ASSERT_EQ(class_bytes % 32, 0u);
+    previous_class = size_class;
+  }
+  EXPECT_EQ(detail::size_class_of(std::size_t{1} << 40), detail::size_class_count - 1);
 }
 
 TEST(CachingResource, ReleaseHandsEverythingBackUpstream) {

@@ -50,7 +50,7 @@ struct cache_statistics {
   std::optional<std::size_t> upstream_reserved;
 };
 
-/// Caches freed blocks by size class (four per power of two) so that a free
+/// Caches freed blocks by size class (eight per power of two) so that a free
 /// followed by an allocation reuses memory with no CUDA call, and never hands
 /// a block out while queued work may still touch it:
 ///
@@ -65,9 +65,10 @@ struct cache_statistics {
 ///   has never been handed out no work can be pending there, so the block is
 ///   ready for the host and every stream at once; after that, pmr `allocate`
 ///   reuses such blocks only in stream order and synchronizes.
-/// - The cache holds at most `max_cached_bytes`, and on a miss no more than is
-///   live (at least a 64th of the budget): it first returns what is over,
-///   largest classes first, so a growing working set leaves no trail. On upstream exhaustion it returns all it can and
+/// - The cache holds at most `max_cached_bytes`, and never much more than is
+///   live (at least a 64th of the budget): a miss first returns what is over,
+///   largest classes first, so a growing working set leaves no trail, and a
+///   free returns what is over, so a program that winds down keeps little. On upstream exhaustion it returns all it can and
 ///   retries, then synchronizes every device, returns everything and retries.
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph
@@ -117,6 +118,8 @@ class caching_resource final : public resource_adaptor {
   /// exhaustion all it can.
   [[nodiscard]] void* allocate_class(std::size_t size_class, stream_ref stream);
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
+  /// After a free the cache kept: frees upstream, on `stream`, what it holds beyond what is live.
+  void trim_to_live(stream_ref stream) noexcept;
 
   caching_options options_;
   detail::stream_ordering& ordering_;

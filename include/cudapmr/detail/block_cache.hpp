@@ -102,6 +102,13 @@ class block_cache {
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
+  /// Whether the cache holds more than is live (at least a 64th of the
+  /// budget): cheap, asked after each free that the cache kept.
+  [[nodiscard]] bool holds_more_than_live() const noexcept { return excess(0) != 0; }
+  /// After a free on `stream`: moves into `out` what the cache holds beyond
+  /// what is live, and a little more, as make_room does. So the cache shrinks
+  /// as the program's memory does, and what an idle program keeps is small.
+  void trim_to_live(stream_ref stream, std::vector<evicted_block>& out);
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
   void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
@@ -164,6 +171,12 @@ class block_cache {
   static constexpr std::size_t entry_shard_count = 64;
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
+  /// Bytes cached beyond what may be beside `incoming` more bytes: no more
+  /// than is live with them (a 64th of the budget at least), within the budget.
+  [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
+  /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
+  /// `stream`'s own; largest classes first.
+  void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
   [[nodiscard]] void* take_ready_from(ready_shard& shard, std::size_t size_class) noexcept;
   [[nodiscard]] void* take_sealed(stream_ref stream, stream_entry* entry, std::size_t size_class) noexcept;
   /// Records an event on `stream` and moves `blocks` to the sealed lists; on

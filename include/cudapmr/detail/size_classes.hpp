@@ -1,6 +1,7 @@
 #pragma once
-// Size classes of the caches: 256 bytes, then four classes per power of two,
-// so a cached block wastes at most a fifth of itself.
+// Size classes of the caches: 256 bytes, then eight classes per power of two,
+// so a cached block wastes at most a ninth of itself (about 6 % on average;
+// four classes per power of two cost a random mix 4 % more device memory).
 
 #include <bit>
 #include <cstddef>
@@ -8,25 +9,33 @@
 namespace cudapmr::detail {
 
 inline constexpr std::size_t smallest_size_class = 256;
+inline constexpr std::size_t size_classes_per_octave = 8;
+inline constexpr std::size_t largest_size_class_log2 = 40;
 /// Classes reach 2^40 bytes; the caches are further capped by their options.
-inline constexpr std::size_t size_class_count = 1 + (40 - 8) * 4;
+inline constexpr std::size_t size_class_count = 1 + (largest_size_class_log2 - 8) * size_classes_per_octave;
 
 /// The class of a request: the smallest class at least `bytes` large.
 /// \pre bytes <= 2^40.
 [[nodiscard]] constexpr std::size_t size_class_of(std::size_t bytes) noexcept {
   if (bytes <= smallest_size_class) return 0;
+  constexpr auto steps_log2 = static_cast<std::size_t>(std::bit_width(size_classes_per_octave) - 1);
   const auto octave = static_cast<std::size_t>(std::bit_width(bytes - 1) - 1);  // 2^octave < bytes <= 2^(octave+1)
-  const std::size_t step = std::size_t{1} << (octave - 2);
-  const std::size_t quarters = (bytes + step - 1) >> (octave - 2);  // 5..8
-  return 1 + (octave - 8) * 4 + (quarters - 5);
+  const std::size_t step_log2 = octave - steps_log2;
+  const std::size_t steps = (bytes + (std::size_t{1} << step_log2) - 1) >> step_log2;  // 9..16 with 8 per octave
+  return 1 + (octave - 8) * size_classes_per_octave + (steps - size_classes_per_octave - 1);
 }
 
 /// The bytes of a class: what the cache asks upstream for.
 [[nodiscard]] constexpr std::size_t size_class_bytes(std::size_t size_class) noexcept {
   if (size_class == 0) return smallest_size_class;
-  const std::size_t octave = 8 + (size_class - 1) / 4;
-  const std::size_t quarters = 5 + (size_class - 1) % 4;
-  return quarters << (octave - 2);
+  constexpr auto steps_log2 = static_cast<std::size_t>(std::bit_width(size_classes_per_octave) - 1);
+  const std::size_t octave = 8 + (size_class - 1) / size_classes_per_octave;
+  const std::size_t steps = size_classes_per_octave + 1 + (size_class - 1) % size_classes_per_octave;
+  return steps << (octave - steps_log2);
 }
+
+static_assert(size_class_of(256) == 0 && size_class_of(257) == 1 && size_class_bytes(1) == 288);
+static_assert(size_class_bytes(size_class_of(std::size_t{1} << 20)) == std::size_t{1} << 20);
+static_assert(size_class_of(std::size_t{1} << largest_size_class_log2) == size_class_count - 1);
 
 }  // namespace cudapmr::detail

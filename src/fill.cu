@@ -1,7 +1,7 @@
 // The fill kernel behind buffer<T>::fill for patterns that are not one repeated byte.
 #include "cudapmr/detail/buffer_operations.hpp"
 #include "cudapmr/error.hpp"
-
+#include "cudapmr/launch.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -41,7 +41,7 @@ void launch_words(void* destination, std::size_t count, const void* value, cudaS
   Word word;
   std::memcpy(&word, value, sizeof(Word));
   constexpr unsigned int block = 256;
-  fill_words<Word><<<grid_for(count, block), block, 0, stream>>>(static_cast<Word*>(destination), count, word);
+  launch(fill_words<Word>, {grid_for(count, block), block}, stream, static_cast<Word*>(destination), count, word);
 }
 
 }  // namespace
@@ -58,8 +58,8 @@ void launch_fill_kernel(void* destination, std::size_t count, const void* value,
     pattern bytes{};
     std::memcpy(bytes.bytes, value, value_bytes);
     constexpr unsigned int block = 256;
-    fill_pattern_bytes<<<grid_for(count * value_bytes, block), block, 0, stream.get()>>>(
-        static_cast<unsigned char*>(destination), count, bytes, value_bytes);
+    launch(fill_pattern_bytes, {grid_for(count * value_bytes, block), block}, stream,
+           static_cast<unsigned char*>(destination), count, bytes, value_bytes);
   } else {
     // Rare: element types over 64 bytes. Place one copy, then double the
     // filled prefix with device copies: log2(count) calls in all.
@@ -71,9 +71,7 @@ void launch_fill_kernel(void* destination, std::size_t count, const void* value,
                                     stream.get()));
     }
     CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));  // `value` may not outlive this call
-    return;
   }
-  CUDAPMR_CHECK(cudaGetLastError());
 }
 
 }  // namespace cudapmr::detail

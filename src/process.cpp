@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <stdexcept>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -28,6 +29,10 @@ pid_t wait_for_change(pid_t id, int& raw, int options) noexcept {
     result = ::waitpid(id, &raw, options);
   } while (result < 0 && errno == EINTR);
   return result;
+}
+
+[[noreturn]] void throw_moved_from(const char* function) {
+  throw std::logic_error(fmt::format("child_process::{} on a handle that was moved from: it owns no process", function));
 }
 
 [[noreturn]] void throw_wait_error(pid_t id) {
@@ -81,6 +86,7 @@ void child_process::reap() noexcept {
 
 int child_process::wait() {
   if (status_) return *status_;
+  if (id_ <= 0) throw_moved_from("wait");  // waitpid(-1) would reap some other child
   int raw = 0;
   if (wait_for_change(id_, raw, 0) != id_) throw_wait_error(id_);
   status_ = status_of(raw);
@@ -88,7 +94,8 @@ int child_process::wait() {
 }
 
 std::optional<int> child_process::try_wait() {
-  if (status_ || id_ <= 0) return status_;
+  if (status_) return status_;
+  if (id_ <= 0) throw_moved_from("try_wait");
   int raw = 0;
   const pid_t result = wait_for_change(id_, raw, WNOHANG);
   if (result < 0) throw_wait_error(id_);

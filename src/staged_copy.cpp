@@ -108,10 +108,11 @@ class staging_cache final {
 };
 
 staging_cache& the_staging_cache() {
-  // Created at the first staged copy, hence after CUDA's own initialization,
-  // so destroyed before CUDA's teardown at exit.
-  static staging_cache cache;
-  return cache;
+  // Never destroyed, like the library's other statics: a copy on another
+  // thread, or in an exit handler, may run after static destruction began.
+  // The process's end gives its pinned memory back.
+  static auto* cache = new staging_cache();
+  return *cache;
 }
 
 /// A staging set held for one copy. A copy that fails part-way may have

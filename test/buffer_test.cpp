@@ -121,6 +121,17 @@ TYPED_TEST(Buffer, FillSetsEveryElementForEveryElementSize) {
   EXPECT_EQ(this->read(larges), std::vector<eighty_bytes>(1025, large));
 }
 
+TYPED_TEST(Buffer, FillReportsOnlyItsOwnErrorsAndLeavesOthersPending) {
+  // An earlier call's error, not yet collected by its owner.
+  cudaDeviceProp properties{};
+  const cudaError_t earlier = cudaGetDeviceProperties(&properties, 1 << 20);
+  ASSERT_NE(earlier, cudaSuccess);
+  buffer<std::uint32_t> words(this->resource(), 4097, this->test_stream());
+  EXPECT_NO_THROW(words.fill(7u, this->test_stream()));
+  EXPECT_EQ(cudaGetLastError(), earlier) << "fill collected an error that was not its own";
+  EXPECT_EQ(this->read(words), std::vector<std::uint32_t>(4097, 7u));
+}
+
 TYPED_TEST(Buffer, SizeMismatchThrowsNamingBothSizes) {
   buffer<float> ten(this->resource(), 10, this->test_stream());
   buffer<float> twelve(this->resource(), 12, this->test_stream());

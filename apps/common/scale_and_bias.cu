@@ -1,6 +1,7 @@
 #include "scale_and_bias.hpp"
 
 #include <cudapmr/error.hpp>
+#include <cudapmr/launch.hpp>
 
 #include <cstdint>
 #include <map>
@@ -87,8 +88,7 @@ void launch_float4(float* data, std::size_t count, float scale, float bias, cuda
   const std::size_t wanted = (count + floats_per_block_pass - 1) / floats_per_block_pass;
   const std::size_t resident = resident_blocks(kernel);
   const auto blocks = static_cast<unsigned int>(wanted < resident ? wanted : resident);
-  scale_and_bias_float4_kernel<loads><<<blocks, block, 0, stream>>>(data, count, scale, bias);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(scale_and_bias_float4_kernel<loads>, {blocks, block}, stream, data, count, scale, bias);
 }
 
 }  // namespace
@@ -115,9 +115,8 @@ void scale_and_bias_scalar(float* data, std::size_t count, float scale, float bi
   if (count == 0) return;
   constexpr std::size_t max_blocks = 4096;  // grid-stride loop covers the rest
   const std::size_t blocks = (count + block - 1) / block;
-  scale_and_bias_scalar_kernel<<<static_cast<unsigned int>(blocks < max_blocks ? blocks : max_blocks), block, 0,
-                                 stream.get()>>>(data, count, scale, bias);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(scale_and_bias_scalar_kernel, {static_cast<unsigned int>(blocks < max_blocks ? blocks : max_blocks), block},
+                  stream, data, count, scale, bias);
 }
 
 }  // namespace demo

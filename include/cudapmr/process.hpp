@@ -34,13 +34,14 @@ class child_process final {
 
   /// Blocks until the child has ended and returns its exit status, or 128 plus
   /// the number of the signal that ended it, as shells report it.
-  /// \throws std::system_error where waiting fails.
+  /// \throws std::system_error where waiting fails; std::logic_error on a
+  ///   moved-from handle (it owns no process, and waits for no other child).
   int wait();
   /// The exit status (as `wait` gives it) if the child has ended; never blocks.
-  /// \throws std::system_error where waiting fails.
+  /// \throws as `wait`.
   [[nodiscard]] std::optional<int> try_wait();
   /// Waits at most `timeout` for the child to end; nullopt if it is still running.
-  /// \throws std::system_error where waiting fails.
+  /// \throws as `wait`.
   [[nodiscard]] std::optional<int> wait_for(std::chrono::milliseconds timeout);
   /// Sends `signal` to the child if it is still running. Never throws.
   void kill(int signal = SIGKILL) noexcept;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
@@ -56,6 +58,22 @@ TEST(ChildProcess, MovingHandsOverTheChild) {
   child_process second(std::move(first));
   EXPECT_EQ(first.id(), -1);  // NOLINT(bugprone-use-after-move): moved-from state is specified
   EXPECT_EQ(second.id(), id);
+  EXPECT_EQ(second.wait(), 7);
+}
+
+TEST(ChildProcess, WaitingOnAMovedFromHandleIsRefusedAndReapsNoOtherChild) {
+  child_process bystander("/bin/sh", {"-c", "exit 3"});  // must stay its owner's to reap
+  child_process first("/bin/sh", {"-c", "exit 7"});
+  child_process second(std::move(first));
+  try {
+    static_cast<void>(first.wait());  // NOLINT(bugprone-use-after-move): the case under test
+    ADD_FAILURE() << "wait() on a moved-from handle returned";
+  } catch (const std::logic_error& error) {
+    EXPECT_NE(std::string(error.what()).find("moved from"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(static_cast<void>(first.try_wait()), std::logic_error);  // NOLINT(bugprone-use-after-move)
+  EXPECT_THROW(static_cast<void>(first.wait_for(std::chrono::milliseconds(1))), std::logic_error);  // NOLINT
+  EXPECT_EQ(bystander.wait(), 3);
   EXPECT_EQ(second.wait(), 7);
 }
 

@@ -10,6 +10,11 @@
 //                                       one that outlives its resource
 //   cudapmr_lifetime_exit gpu-exit      std::exit with resources, buffers and
 //                                       streams alive on the stack
+//   cudapmr_lifetime_exit gpu-staging-at-exit
+//                                       a staged copy after the statics made
+//                                       at the first staged copy would have
+//                                       been destroyed (an exit handler's copy
+//                                       stands in for another thread's)
 // Exit status 77 where a GPU scenario finds no GPU (CTest reports a skip).
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
@@ -18,8 +23,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory_resource>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -90,13 +97,47 @@ int gpu_pooled() {
   std::exit(0);  // no destructor of this frame runs: the driver takes the memory back
 }
 
+/// Copies 4 MiB of pageable memory to the device and back (both ways staged
+/// through pinned memory) and checks it; exits with status 1 if anything is wrong.
+void staged_round_trip(const char* when) {
+  try {
+    const cudapmr::stream stream(0);
+    std::vector<int> values(1 << 20);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int>(i * 7);
+    cudapmr::buffer<int> on_device(cudapmr::default_device_resource(0), values.size(), stream);
+    on_device.copy_from(std::span<const int>(values), stream);
+    std::vector<int> back(values.size());
+    on_device.copy_to(std::span<int>(back), stream);
+    stream.synchronize();
+    if (back == values) return;
+    std::fprintf(stderr, "gpu-staging-at-exit: the staged copy %s came back wrong\n", when);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "gpu-staging-at-exit: the staged copy %s failed: %s\n", when, error.what());
+  }
+  std::_Exit(1);
+}
+
+int gpu_staging_at_exit() {
+  // CUDA first, then this handler, then the first staged copy: at exit the
+  // handler runs after whatever that copy created was destroyed (if it is
+  // destroyed at all), and before CUDA's own teardown.
+  static_cast<void>(cudaFree(nullptr));
+  std::atexit([] {
+    staged_round_trip("at exit");
+    std::puts("gpu-staging-at-exit: a staged copy at exit worked");
+    std::fflush(stdout);
+  });
+  staged_round_trip("in main");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string_view scenario = argc > 1 ? argv[1] : "";
   if (scenario == "host-static") return host_static();
-  if (scenario != "gpu-pooled" && scenario != "gpu-exit") {
-    std::fprintf(stderr, "usage: cudapmr_lifetime_exit host-static|gpu-pooled|gpu-exit\n");
+  if (scenario != "gpu-pooled" && scenario != "gpu-exit" && scenario != "gpu-staging-at-exit") {
+    std::fprintf(stderr, "usage: cudapmr_lifetime_exit host-static|gpu-pooled|gpu-exit|gpu-staging-at-exit\n");
     return 2;
   }
   if (cudapmr::device::count() == 0) {
@@ -104,5 +145,6 @@ int main(int argc, char** argv) {
     return exit_skipped;
   }
   if (scenario == "gpu-pooled") return gpu_pooled();
+  if (scenario == "gpu-staging-at-exit") return gpu_staging_at_exit();
   gpu_exit();
 }

@@ -101,7 +101,7 @@ thread_local entry_memo last_entry;
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes)
     : ordering_(ordering),
       max_bytes_(max_cached_bytes),
-      stream_share_(max_cached_bytes / 8),
+      stream_share_(max_cached_bytes / 64),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()) {}
 
@@ -161,8 +161,19 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
 
 bool block_cache::keeps(std::size_t size_class) noexcept {
   const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
+  note_live(held_.load(std::memory_order_relaxed) - cached);
   if (static_cast<std::size_t>(cached) + size_class_bytes(size_class) <= max_bytes_) return true;
   return refuse(size_class);
+}
+
+void block_cache::note_live(std::int64_t live) noexcept {
+  // Follows a rise at once and a fall by an eighth per free: a block freed
+  // and allocated again in a loop stays cached, and a program that winds
+  // down takes the cache down with it within a few frees. Written only when
+  // it changes, so threads that reuse their own frees do not share a line.
+  const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
+  if (live > peak) recent_live_peak_.store(live, std::memory_order_relaxed);
+  else if (live < peak - peak / 8) recent_live_peak_.store(peak - peak / 8, std::memory_order_relaxed);
 }
 
 bool block_cache::refuse(std::size_t size_class) noexcept {
@@ -396,7 +407,9 @@ std::size_t block_cache::excess(std::size_t incoming) const noexcept {
       static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
   const auto held = static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
   const std::size_t live = held > cached ? held - cached : 0;
-  const std::size_t beside_live = std::max(live + incoming, max_bytes_ / 64);
+  const auto recent_peak =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, recent_live_peak_.load(std::memory_order_relaxed)));
+  const std::size_t beside_live = std::max({live + incoming, recent_peak, max_bytes_ / 64});
   const std::size_t within_budget = max_bytes_ > incoming ? max_bytes_ - incoming : 0;
   const std::size_t allowed = std::min(beside_live, within_budget);
   return cached > allowed ? cached - allowed : 0;

@@ -73,7 +73,8 @@ class staging_set final {
 
 /// The idle staging sets, by device, over a pinned pool of the library's own.
 /// Sets are made when every existing one is in use (by concurrent copies) and
-/// kept until exit, when the pool is destroyed with them.
+/// kept until exit, when the idle ones go back to the pool; the cache itself
+/// lives on for copies that still run.
 class staging_cache final {
  public:
   /// An idle set for `device`, or a new one. \throws out_of_memory, cuda_error.
@@ -90,6 +91,21 @@ class staging_cache final {
       }
     }
     return std::make_unique<staging_set>(pinned_, device);
+  }
+
+  /// Frees the idle sets and hands their memory back to CUDA's pool; later
+  /// copies make new ones.
+  void give_back_idle() noexcept {
+    std::vector<std::unique_ptr<staging_set>> idle;
+    {
+      const std::lock_guard lock(mutex_);
+      idle.swap(idle_);
+    }
+    idle.clear();
+    try {
+      pinned_.release_cached();
+    } catch (...) {  // at worst the pool keeps the blocks until the process ends
+    }
   }
 
   /// Keeps `set` for later copies (or frees it, should keeping it fail).
@@ -110,8 +126,12 @@ class staging_cache final {
 staging_cache& the_staging_cache() {
   // Never destroyed, like the library's other statics: a copy on another
   // thread, or in an exit handler, may run after static destruction began.
-  // The process's end gives its pinned memory back.
+  // Its idle memory goes back at exit, before CUDA's teardown (CUDA was
+  // initialized before `give_back` was constructed).
   static auto* cache = new staging_cache();
+  static const struct give_back_at_exit {
+    ~give_back_at_exit() { cache->give_back_idle(); }
+  } give_back;
   return *cache;
 }
 

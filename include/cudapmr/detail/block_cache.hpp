@@ -102,8 +102,8 @@ class block_cache {
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
-  /// Whether the cache holds more than is live (at least a 64th of the
-  /// budget): cheap, asked after each free that the cache kept.
+  /// Whether the cache holds more than is live or was lately (at least a 64th
+  /// of the budget): cheap, asked after each free that the cache kept.
   [[nodiscard]] bool holds_more_than_live() const noexcept { return excess(0) != 0; }
   /// After a free on `stream`: moves into `out` what the cache holds beyond
   /// what is live, and a little more, as make_room does. So the cache shrinks
@@ -172,7 +172,8 @@ class block_cache {
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
   /// Bytes cached beyond what may be beside `incoming` more bytes: no more
-  /// than is live with them (a 64th of the budget at least), within the budget.
+  /// than is live with them, or was lately (a 64th of the budget at least),
+  /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
@@ -192,6 +193,8 @@ class block_cache {
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;
   /// Whether a block of `size_class` fits in the budget; if not, it leaves the cache (`refuse`).
   [[nodiscard]] bool keeps(std::size_t size_class) noexcept;
+  /// Before a free: what is live, block included, for the recent peak the cache may hold.
+  void note_live(std::int64_t live) noexcept;
   /// Counts a block the owner frees upstream instead of caching; returns false.
   bool refuse(std::size_t size_class) noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
@@ -203,6 +206,7 @@ class block_cache {
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
+  std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> cross_{0};
   std::atomic<stream_entry*> wanting_{nullptr};  // the stream that missed last

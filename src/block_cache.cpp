@@ -101,7 +101,7 @@ thread_local entry_memo last_entry;
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes)
     : ordering_(ordering),
       max_bytes_(max_cached_bytes),
-      stream_share_(max_cached_bytes / 64),
+      stream_share_(max_cached_bytes / 8),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()) {}
 

@@ -50,7 +50,7 @@ struct cache_statistics {
   std::optional<std::size_t> upstream_reserved;
 };
 
-/// Caches freed blocks by size class (eight per power of two) so that a free
+/// Caches freed blocks by size class (four per power of two) so that a free
 /// followed by an allocation reuses memory with no CUDA call, and never hands
 /// a block out while queued work may still touch it:
 ///
@@ -66,8 +66,9 @@ struct cache_statistics {
 ///   ready for the host and every stream at once; after that, pmr `allocate`
 ///   reuses such blocks only in stream order and synchronizes.
 /// - The cache holds at most `max_cached_bytes`, and never much more than is
-///   live or was lately (the peak follows a rise at once and a fall by an
-///   eighth per free; at least a 64th of the budget): a miss first returns what is over,
+///   live or was lately (the peak follows a rise at once and falls by a
+///   4096th per free while what is live stays an eighth below it; at least a
+///   64th of the budget): a miss first returns what is over,
 ///   largest classes first, so a growing working set leaves no trail, and a
 ///   free returns what is over, so a program that winds down keeps little. On upstream exhaustion it returns all it can and
 ///   retries, then synchronizes every device, returns everything and retries.

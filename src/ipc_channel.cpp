@@ -96,6 +96,24 @@ void file_descriptor::reset(int descriptor) noexcept {
 
 // ---- ipc_channel -------------------------------------------------------------
 
+namespace {
+
+/// Refuses a connected peer of another user: SO_PEERCRED gives the connecting
+/// process's credentials on the listener's side and the listening process's
+/// on the connecting side.
+void require_same_user(const file_descriptor& connection, const std::string& operation, const char* role) {
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  if (::getsockopt(connection.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0)
+    throw_errno(fmt::format("{}: reading the peer's credentials", operation));
+  if (peer.uid != ::geteuid())
+    throw std::system_error(std::make_error_code(std::errc::permission_denied),
+                            fmt::format("{}: refused the {} {} of user {}; only user {} is trusted", operation, role,
+                                        peer.pid, peer.uid, ::geteuid()));
+}
+
+}  // namespace
+
 ipc_channel ipc_channel::connect(const std::filesystem::path& socket_path, std::chrono::milliseconds timeout) {
   const sockaddr_un address = socket_address(socket_path);
   file_descriptor socket = make_socket();
@@ -103,7 +121,10 @@ ipc_channel ipc_channel::connect(const std::filesystem::path& socket_path, std::
   do {
     result = ::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
   } while (result != 0 && errno == EINTR);
-  if (result != 0) throw_errno(fmt::format("connecting to the ipc socket {}", socket_path.string()));
+  const std::string operation = fmt::format("connecting to the ipc socket {}", socket_path.string());
+  if (result != 0) throw_errno(operation);
+  // A listener of another user could send a forged pool descriptor or NCCL id.
+  require_same_user(socket, operation, "listening process");
   return ipc_channel(std::move(socket), timeout);
 }
 
@@ -241,14 +262,7 @@ ipc_channel ipc_listener::accept_ready(std::chrono::milliseconds timeout) {
   file_descriptor connection(descriptor);
 
   // The directory keeps other users out; the peer's credentials are checked as well.
-  ucred peer{};
-  socklen_t length = sizeof(peer);
-  if (::getsockopt(connection.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0)
-    throw_errno(fmt::format("{}: reading the peer's credentials", operation));
-  if (peer.uid != ::geteuid())
-    throw std::system_error(std::make_error_code(std::errc::permission_denied),
-                            fmt::format("{}: refused process {} of user {}; only user {} may connect", operation,
-                                        peer.pid, peer.uid, ::geteuid()));
+  require_same_user(connection, operation, "connecting process");
   return ipc_channel(std::move(connection), timeout);
 }
 

@@ -54,9 +54,12 @@ class file_descriptor final {
 /// waits at most `timeout()` for the other side. Move-only; not thread-safe.
 class ipc_channel final {
  public:
-  /// Connects to the listener at `socket_path` (see ipc_listener).
+  /// Connects to the listener at `socket_path` (see ipc_listener), which must
+  /// be a process of this user: another user's listener could send forged
+  /// descriptors or ids.
   /// \throws std::system_error naming the path where the connection is refused
-  ///   (no listener, or a directory this user may not enter).
+  ///   (no listener, or a directory this user may not enter), and
+  ///   permission_denied naming the listener's process and user where it is another user's.
   [[nodiscard]] static ipc_channel connect(const std::filesystem::path& socket_path,
                                            std::chrono::milliseconds timeout = default_ipc_timeout);
   /// Two connected ends in this process (socketpair). \throws std::system_error.

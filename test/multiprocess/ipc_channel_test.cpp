@@ -218,5 +218,39 @@ TEST(IpcListener, AnotherUserCannotConnect) {
   EXPECT_THROW(static_cast<void>(listener.accept(20ms)), std::system_error) << "nobody may have connected";
 }
 
+TEST(IpcChannel, AListenerOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "acting as another user needs root";
+  // A child becomes `nobody`, listens, and tells us where; root can reach any
+  // path, so only the check of the listener's credentials keeps us out.
+  std::array<int, 2> where{-1, -1};
+  ASSERT_EQ(::pipe(where.data()), 0);
+  const pid_t child = start_child([&where] {
+    ::close(where[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) return false;
+    ipc_listener listener;
+    const std::string path = listener.socket_path().string();
+    if (::write(where[1], path.data(), path.size()) != static_cast<ssize_t>(path.size())) return false;
+    ::close(where[1]);
+    try {
+      static_cast<void>(listener.accept(5s));  // the parent connects, then must refuse what it reached
+    } catch (const std::system_error&) {
+    }
+    return true;
+  });
+  ::close(where[1]);
+  std::array<char, 512> path{};
+  const ssize_t length = ::read(where[0], path.data(), path.size() - 1);
+  ::close(where[0]);
+  ASSERT_GT(length, 0) << "the child could not become nobody or listen";
+  try {
+    static_cast<void>(ipc_channel::connect(std::string(path.data(), static_cast<std::size_t>(length)), 1s));
+    ADD_FAILURE() << "connected to a listener of user nobody";
+  } catch (const std::system_error& error) {
+    EXPECT_EQ(error.code(), std::errc::permission_denied) << error.what();
+    EXPECT_NE(std::string(error.what()).find("user 65534"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(exit_status(child), 0);
+}
+
 }  // namespace
 }  // namespace cudapmr

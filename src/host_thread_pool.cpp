@@ -1,7 +1,10 @@
 #include "cudapmr/detail/host_thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <cstring>
 
 namespace cudapmr::detail {
@@ -40,6 +43,17 @@ std::exception_ptr call(const std::function<void(std::size_t)>& body, std::size_
   }
 }
 
+/// Every live pool, for the fork handlers.
+struct pool_registry {
+  std::mutex mutex;
+  std::vector<host_thread_pool*> pools;
+};
+
+pool_registry& registry() {
+  static auto* pools = new pool_registry();  // never destroyed: a fork may come during exit
+  return *pools;
+}
+
 }  // namespace
 
 byte_range partition(std::size_t bytes, std::size_t parts, std::size_t index, std::size_t granule) noexcept {
@@ -64,6 +78,12 @@ std::size_t host_copy_threads(unsigned hardware_threads) noexcept {
 }
 
 host_thread_pool::host_thread_pool(std::size_t threads) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] { ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
+  {
+    const std::lock_guard lock(registry().mutex);
+    registry().pools.push_back(this);
+  }
   const std::size_t workers = threads > 1 ? threads - 1 : 0;
   workers_.reserve(workers);
   try {
@@ -74,7 +94,46 @@ host_thread_pool::host_thread_pool(std::size_t threads) {
   }
 }
 
-host_thread_pool::~host_thread_pool() { stop(); }
+host_thread_pool::~host_thread_pool() {
+  stop();
+  const std::lock_guard lock(registry().mutex);
+  std::erase(registry().pools, this);
+}
+
+// A fork copies the pools' memory but only the forking thread: the handlers
+// hold every pool's lock across the fork, so the child finds them consistent.
+void host_thread_pool::before_fork() noexcept {
+  registry().mutex.lock();
+  for (host_thread_pool* pool : registry().pools) pool->mutex_.lock();
+}
+
+void host_thread_pool::after_fork_in_parent() noexcept {
+  for (host_thread_pool* pool : registry().pools) pool->mutex_.unlock();
+  registry().mutex.unlock();
+}
+
+void host_thread_pool::after_fork_in_child() noexcept {
+  for (host_thread_pool* pool : registry().pools) pool->forget_parent_threads();
+  registry().mutex.unlock();
+}
+
+void host_thread_pool::forget_parent_threads() noexcept {
+  // The thread objects name the parent's threads: never joined nor destroyed here.
+  try {
+    new std::vector<std::thread>(std::move(workers_));  // NOLINT: leaked on purpose
+  } catch (...) {
+    // With no memory for that, let them leak in place instead.
+    new (&workers_) std::vector<std::thread>();
+  }
+  workers_.clear();
+  jobs_.clear();  // their submitters were other threads of the parent
+  has_work_.store(false, std::memory_order_relaxed);
+  stopping_ = false;
+  // Parent threads may have been waiting on these: start them afresh.
+  new (&wake_) std::condition_variable();
+  new (&done_) std::condition_variable();
+  mutex_.unlock();
+}
 
 void host_thread_pool::stop() noexcept {
   {

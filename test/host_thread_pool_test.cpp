@@ -3,9 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -62,6 +68,41 @@ TEST(HostCopyThreads, AllHardwareThreadsUpToTheCap) {
   EXPECT_EQ(host_copy_threads(2), 2u);
   EXPECT_EQ(host_copy_threads(16), 16u);
   EXPECT_EQ(host_copy_threads(192), max_host_copy_threads);
+}
+
+TEST(HostThreadPool, AForkedChildCopiesAgainAndExits) {
+  // The library's copy pool, with its workers started by a copy here.
+  std::vector<unsigned char> source(std::size_t{16} << 20), destination(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 13);
+  parallel_memcpy(destination.data(), source.data(), source.size(), host_copy_pool());
+  ASSERT_EQ(destination, source);
+
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Uses the pool again, then exits through the static destructors, which
+    // join the pool: the parent's workers do not exist here.
+    std::vector<unsigned char> again(source.size());
+    parallel_memcpy(again.data(), source.data(), source.size(), host_copy_pool());
+    std::exit(again == source ? 0 : 1);
+  }
+  int status = 0;
+  pid_t ended = 0;
+  for (int waited_ms = 0; waited_ms < 20000 && ended == 0; waited_ms += 10) {
+    ended = ::waitpid(child, &status, WNOHANG);
+    if (ended == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (ended == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the forked child hung (joining its parent's copy threads at exit?)";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's copy came out wrong";
+  // The parent's pool still works.
+  std::fill(destination.begin(), destination.end(), 0);
+  parallel_memcpy(destination.data(), source.data(), source.size(), host_copy_pool());
+  EXPECT_EQ(destination, source);
 }
 
 TEST(HostThreadPool, ConcurrencyCountsTheCaller) {

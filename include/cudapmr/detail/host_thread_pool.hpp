@@ -54,6 +54,10 @@ struct byte_range {
 /// thread that submits it; jobs from several threads may run at once. Workers
 /// spin briefly before sleeping, since a pipelined caller submits its next job
 /// within microseconds. Destruction stops and joins the workers.
+///
+/// Fork-safe: a child forked while pools exist gets them with no workers (the
+/// workers were the parent's threads), so its jobs run on the calling thread,
+/// and its exit joins nothing that is not there.
 class host_thread_pool final {
  public:
   /// \param threads the threads a job may use, the caller included: `threads - 1` workers.
@@ -80,6 +84,12 @@ class host_thread_pool final {
   };
 
   void work();
+  /// Forgets the parent's workers and jobs in a forked child; `mutex_` was
+  /// locked by the forking thread (before_fork) and is released.
+  void forget_parent_threads() noexcept;
+  static void before_fork() noexcept;
+  static void after_fork_in_parent() noexcept;
+  static void after_fork_in_child() noexcept;
   /// Stops and joins the workers.
   void stop() noexcept;
   /// Claims the next part of `task`, dequeuing it once all parts are claimed. Needs `mutex_` held.

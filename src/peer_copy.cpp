@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 
@@ -35,9 +37,10 @@ stream_ref copy_stream(int device) {
   return found->second.ref();
 }
 
-/// Pinned memory that every device reaches, for staged copies.
+/// Pinned memory that every device reaches, for staged copies: a pool of its
+/// own, so that its use can be told apart.
 pinned_memory_resource& staging_memory() {
-  static auto* resource = new pinned_memory_resource();  // never destroyed, like the copy streams
+  static auto* resource = new pinned_memory_resource(pinned_pool_options{});  // never destroyed, like the copy streams
   return *resource;
 }
 
@@ -68,24 +71,45 @@ void staged_copy(void* destination, int destination_device, const void* source, 
   const stream_ref out_of_source = copy_stream(source_device);
   const stream_ref into_destination = copy_stream(destination_device);
   pinned_memory_resource& staging = staging_memory();
-  void* bounce = staging.allocate_async(bytes, stream);
+  // Two bounce chunks: one fills from the source while the other drains into the destination.
+  const std::size_t chunk = std::min(bytes, peer_staging_chunk_bytes);
+  const std::size_t bounces = bytes > chunk ? 2 : 1;
+  std::array<void*, 2> bounce{};
+  for (std::size_t i = 0; i < bounces; ++i) {
+    try {
+      bounce[i] = staging.allocate_async(chunk, stream);
+    } catch (...) {
+      if (i == 1) staging.deallocate_async(bounce[0], chunk, stream);
+      throw;
+    }
+  }
   try {
     order_after(out_of_source, stream, caller_device);
-    copy_on_stream(bounce, source, bytes, cudaMemcpyDeviceToHost, out_of_source);
-    order_after(into_destination, out_of_source, source_device);
-    copy_on_stream(destination, bounce, bytes, cudaMemcpyHostToDevice, into_destination);
+    const auto* from = static_cast<const unsigned char*>(source);
+    auto* to = static_cast<unsigned char*>(destination);
+    for (std::size_t offset = 0, index = 0; offset < bytes; offset += chunk, ++index) {
+      const std::size_t piece = std::min(chunk, bytes - offset);
+      void* through = bounce[index % bounces];
+      // The chunk's previous contents must have reached the destination first.
+      if (index >= bounces) order_after(out_of_source, into_destination, destination_device);
+      copy_on_stream(through, from + offset, piece, cudaMemcpyDeviceToHost, out_of_source);
+      order_after(into_destination, out_of_source, source_device);
+      copy_on_stream(to + offset, through, piece, cudaMemcpyHostToDevice, into_destination);
+    }
     order_after(stream, into_destination, destination_device);
   } catch (...) {
     // Halves already queued must finish before the bounce memory is freed.
     static_cast<void>(cudaStreamSynchronize(out_of_source.get()));
     static_cast<void>(cudaStreamSynchronize(into_destination.get()));
-    staging.deallocate_async(bounce, bytes, stream);
+    for (std::size_t i = 0; i < bounces; ++i) staging.deallocate_async(bounce[i], chunk, stream);
     throw;
   }
-  staging.deallocate_async(bounce, bytes, stream);
+  for (std::size_t i = 0; i < bounces; ++i) staging.deallocate_async(bounce[i], chunk, stream);
 }
 
 }  // namespace
+
+pool_stats peer_staging_stats() { return staging_memory().stats(); }
 
 device_copy_route route_between_devices(int destination_device, int source_device) {
   if (destination_device == source_device) return device_copy_route::peer;  // a device reaches its own memory

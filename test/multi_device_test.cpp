@@ -110,6 +110,22 @@ TEST_F(MultiDevice, PeerAccessLetsAnotherDeviceWriteThePool) {
   EXPECT_FALSE(pool.is_accessible_from(1));
 }
 
+TEST(PeerStaging, ALargeStagedCopyHoldsTwoChunksOfPinnedMemory) {
+  // The staged route on one device (its two halves on the same device) is
+  // the route between devices that cannot reach each other.
+  CUDAPMR_REQUIRE_GPU();
+  constexpr std::size_t words = (std::size_t{256} << 20) / 4 + 3;  // 256 MiB and an odd tail: 17 chunks
+  const cudapmr::stream stream(0);
+  buffer<std::uint32_t> source(default_device_resource(0), words, stream);
+  buffer<std::uint32_t> destination(default_device_resource(0), words, stream);
+  write_on(0, source, 41, stream);
+  detail::copy_between_devices(destination.data(), 0, source.data(), 0, destination.size_bytes(), stream,
+                               detail::device_copy_route::staged);
+  EXPECT_EQ(mismatches_on(0, destination, 41, stream), 0u);
+  EXPECT_LE(detail::peer_staging_stats().used_high, 2 * detail::peer_staging_chunk_bytes)
+      << "a staged copy held pinned memory for more than two chunks";
+}
+
 TEST_F(MultiDevice, BuffersCopyBetweenDevicesByEveryRoute) {
   device_memory_resource& on_0 = default_device_resource(0);
   device_memory_resource& on_1 = default_device_resource(1);

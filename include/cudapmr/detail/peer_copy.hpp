@@ -1,6 +1,7 @@
 #pragma once
 // Copies between the memory of two devices (src/peer_copy.cpp).
 
+#include "cudapmr/pool_resource.hpp"
 #include "cudapmr/stream.hpp"
 
 #include <cstddef>
@@ -12,6 +13,14 @@ enum class device_copy_route {
   peer,    ///< one cudaMemcpyPeerAsync, device to device (NVLink or PCIe peer to peer)
   staged,  ///< device to pinned host memory to device, each half on a stream of the device that owns the memory
 };
+
+/// A staged copy goes through pinned host memory in chunks of this size, two
+/// at a time (one leaving the source while the other enters the destination),
+/// so that a copy of any size holds a bounded amount of pinned memory.
+inline constexpr std::size_t peer_staging_chunk_bytes = std::size_t{16} << 20;
+
+/// The pinned pool that staged copies between devices use, of the library's own.
+[[nodiscard]] pool_stats peer_staging_stats();
 
 /// `peer` where either device can reach the other's memory
 /// (cudaDeviceCanAccessPeer), `staged` otherwise. \throws cuda_error.

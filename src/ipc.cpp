@@ -1,6 +1,7 @@
 #include "cudapmr/ipc.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/error.hpp"
 
 #include <cuda.h>
@@ -47,17 +48,7 @@ struct allocation_range {
 
 allocation_range allocation_holding(const void* p, const char* step) {
   using address_range_function = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
-  static const auto address_range = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      static_cast<void>(cudaGetLastError());
-      return static_cast<address_range_function>(nullptr);
-    }
-    return reinterpret_cast<address_range_function>(function);
-  }();
+  static const auto address_range = detail::driver_function<address_range_function>("cuMemGetAddressRange");
   if (address_range == nullptr)
     throw std::runtime_error(fmt::format("{}: the driver gives no cuMemGetAddressRange to check the memory with", step));
   CUdeviceptr base = 0;

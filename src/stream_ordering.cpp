@@ -1,5 +1,6 @@
 #include "cudapmr/detail/stream_ordering.hpp"
 
+#include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/device.hpp"
 
@@ -15,18 +16,6 @@ namespace {
 /// The driver's capture query, which costs a fraction of the runtime's on the
 /// hot path of a cache; null where the driver does not give it out.
 using stream_is_capturing_function = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-
-stream_is_capturing_function driver_stream_is_capturing() noexcept {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuStreamIsCapturing", &function, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return nullptr;
-  }
-  return reinterpret_cast<stream_is_capturing_function>(function);
-}
 
 /// An event of the cache's pool and the device it belongs to: CUDA records an
 /// event only on a stream of its own device.
@@ -131,7 +120,7 @@ class cuda_ordering final : public stream_ordering {
     }
   }
 
-  stream_is_capturing_function is_capturing_ = driver_stream_is_capturing();
+  stream_is_capturing_function is_capturing_ = driver_function<stream_is_capturing_function>("cuStreamIsCapturing");
   std::mutex mutex_;
   std::vector<pooled_event*> spare_;  // events of every device, reused; never destroyed
 };

@@ -1,0 +1,18 @@
+#include "cudapmr/detail/driver_entry_point.hpp"
+
+#include <cuda_runtime_api.h>
+
+namespace cudapmr::detail {
+
+void* driver_entry_point(const char* name) noexcept {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return nullptr;
+  }
+  return function;
+}
+
+}  // namespace cudapmr::detail

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Finds NCCL: nccl.h and libnccl, under NCCL_ROOT or in the CUDA toolkit
 # (which ships NCCL in /usr/local/cuda). Defines NCCL_FOUND, NCCL_VERSION and
 # the imported target NCCL::nccl. Programs that link it record the library's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The version header, the install rules and the CMake package that lets other
 # projects call find_package(cudapmr CONFIG REQUIRED).
 include(GNUInstallDirs)

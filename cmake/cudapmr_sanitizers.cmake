@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Builds cudapmr's host code with the compiler's sanitizers:
 #   cmake -S . -B build-asan -DCUDAPMR_SANITIZE=address,undefined   (or: cmake --preset asan)
 # Every C++ file of this project is instrumented, and the host side of the

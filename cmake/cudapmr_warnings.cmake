@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Strict warnings for cudapmr's own targets; never exported to users.
 function(cudapmr_set_warnings target)
   # Designated initializers that name only some options are the intended way

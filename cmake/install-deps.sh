@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages cudapmr builds with, where they are missing.
 # The CUDA toolkit itself is expected at /usr/local/cuda.
 set -euo pipefail

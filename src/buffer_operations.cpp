@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/buffer_operations.hpp"
 
 #include "cudapmr/detail/peer_copy.hpp"

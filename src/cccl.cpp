@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The non-template part of cccl.hpp; compiling it also checks the header's static_asserts.
 #include "cudapmr/cccl.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/current_resource.hpp"
 
 #include "cudapmr/detail/device_resource_registry.hpp"

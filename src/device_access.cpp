@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peer access to device pools: which other devices may touch a pool's memory.
 #include "cudapmr/device_memory_resource.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/driver_entry_point.hpp"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fill kernel behind buffer<T>::fill for patterns that are not one repeated byte.
 #include "cudapmr/detail/buffer_operations.hpp"
 #include "cudapmr/error.hpp"

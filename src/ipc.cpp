@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/ipc.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"

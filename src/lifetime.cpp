@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/lifetime.hpp"
 
 #include "cudapmr/detail/synchronize.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefetch and advice over managed memory: the managed resource's members and
 // the work behind buffer<T>'s.
 #include "cudapmr/detail/managed_operations.hpp"

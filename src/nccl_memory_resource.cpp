@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/nccl_memory_resource.hpp"
 
 #include "cudapmr/device.hpp"

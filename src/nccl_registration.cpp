@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/nccl_registration.hpp"
 
 #include "cudapmr/nccl_error.hpp"

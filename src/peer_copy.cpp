@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies between two devices' memory: peer to peer where the devices reach
 // each other, through pinned host memory otherwise.
 #include "cudapmr/detail/peer_copy.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/pointer_type.hpp"
 
 namespace cudapmr::detail {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pool-backed implementation shared by the device, pinned and managed kinds.
 #include "cudapmr/device_memory_resource.hpp"
 #include "cudapmr/managed_memory_resource.hpp"

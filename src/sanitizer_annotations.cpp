@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVTX's memory extension, the channel compute-sanitizer listens on; NVTX is
 // header-only and does nothing until a tool injects itself.
 #include "cudapmr/sanitizer_annotations.hpp"

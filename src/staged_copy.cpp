@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies between pageable host memory and device-side memory through pinned
 // staging blocks: the host copy of one chunk (split over the thread pool)
 // overlaps the DMA of the previous ones.

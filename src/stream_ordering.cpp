@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/stream_ordering.hpp"
 
 #include "cudapmr/detail/driver_entry_point.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled into the library, so that a program can tell which library it linked.
 #include "cudapmr/version.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every public entry point with every bad argument, as one table: each row is
 // tried on each resource it applies to, and must give the documented error
 // (type and a message that names the values) and leave no byte behind. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // buffer<T> over every resource.
 #include "support/resource_cases.hpp"
 

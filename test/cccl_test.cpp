@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cccl.hpp: cudapmr resources behind CCCL's cuda::mr resource references.
 #include "support/gpu.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // current_resource.hpp: the per-device registry, and buffers that draw from it.
 #include "support/resource_cases.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // device.hpp and stream.hpp.
 #include "support/gpu.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dlpack.hpp: buffers handed over as DLPack tensors, and DLPack tensors viewed as spans.
 #include "support/gpu.hpp"
 

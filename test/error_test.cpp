@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <cudapmr/error.hpp>
 #include <cudapmr/stream_ordered_resource.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Filling the GPU (through a device pool) and a capped pinned pool until
 // allocation fails: every further request throws out_of_memory naming what
 // was asked, no CUDA error is left behind, memory freed is allocated again,

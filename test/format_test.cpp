@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // format.hpp: fmt formatters for reports, and byte sizes in binary units.
 #include "support/resource_cases.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host thread pool and the host copies split over it: all host-only.
 #include <cudapmr/detail/host_thread_pool.hpp>
 

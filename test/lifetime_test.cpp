@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What happens when things are destroyed in the wrong order: a buffer that
 // outlives its resource leaks its memory with one message instead of calling
 // into a dead object; a buffer that outlives its cudapmr::stream is freed on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefetch and advice over managed memory, on the managed resource and on
 // managed buffers.
 #include "support/resource_cases.hpp"

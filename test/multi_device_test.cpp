@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several devices: resources and streams keep to their own device whatever is
 // current, pools open to peer devices, buffers copy between devices. Tests
 // that need two GPUs skip, visibly, with fewer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What nccl_memory_resource adds to the shared contract (which runs over it
 // too), and NCCL's errors. Built where NCCL is found.
 #include "support/resource_cases.hpp"

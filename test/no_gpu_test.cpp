@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What happens on a machine without a GPU: every CUDA-backed object refuses
 // clearly. These tests skip where a GPU exists.
 #include "support/gpu.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cudapmr resources under standard std::pmr code.
 #include "support/resource_cases.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the three pool-backed kinds add to the shared contract: options,
 // statistics, trimming, pool sharing and the per-device default.
 #include "support/resource_cases.hpp"

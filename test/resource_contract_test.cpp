@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The contract every stream_ordered_resource keeps, run over every resource.
 #include "support/resource_cases.hpp"
 

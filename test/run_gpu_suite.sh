@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole GPU verification in one call, for a machine with a GPU: the test
 # suite, the demo (expected output, sizes, bad arguments), memcheck over both,
 # and every area's checks in test/gpu_checks/. Run from the repository root

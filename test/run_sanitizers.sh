@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # compute-sanitizer's four tools over the test suite, the demo and a short
 # stress run, on a machine with a GPU; one summary line per tool:
 #   test/run_sanitizers.sh [build-dir]

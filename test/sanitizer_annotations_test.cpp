@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mark_initialized with no tool listening (CI, a plain run) must leave memory
 // alone. Under compute-sanitizer (test/run_sanitizers.sh) the tool must accept
 // the ranges, since it counts a refused one as an error, and initcheck's zero

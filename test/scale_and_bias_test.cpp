@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The apps' scale_and_bias kernels (apps/common): every variant, bit-exact
 // against a fused multiply-add on the host, at every alignment and odd counts.
 #include "support/resource_cases.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Copies between pageable host memory and device or managed memory through
 // pinned staging: the chunking here, the copies on a GPU.
 #include "support/resource_cases.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // thrust_allocator.hpp: Thrust containers and algorithms drawing from cudapmr resources.
 #include "support/gpu.hpp"
 

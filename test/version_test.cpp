@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // version.hpp: the headers and the library agree on the project version.
 #include <cudapmr/version.hpp>
 

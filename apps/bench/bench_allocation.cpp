@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocation benchmarks: every peer allocator and every cudapmr resource,
 // side by side in one run, at 256 B, 64 KiB, 1 MiB and on a random mix;
 // thread scaling; streams that allocate and launch kernels at once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cudapmr_bench: Google Benchmark over every allocator and path, then a short
 // markdown table of each cudapmr entrant against the best peer of its group.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Transfer benchmarks: copy bandwidth per direction and memory kind, from
 // 4 KiB to 1 GiB; the scale_and_bias kernel against a device-to-device copy;
 // managed memory filled on the host, then read by a kernel with and without

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cudapmr_memory_bench: time and memory side by side. Each workload runs over
 // each device allocator, made fresh for every repetition; the device memory it
 // lost (cudaMemGetInfo before and after, the allocator still alive, everything

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "peer_allocators.hpp"
 
 #include <cub/util_allocator.cuh>

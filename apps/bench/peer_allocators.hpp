@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Pieces of the benchmarks that need nvcc: the peers' CUDA-side allocators
 // and a kernel to keep streams busy.

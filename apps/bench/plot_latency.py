@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws allocation latency by allocator and size from cudapmr_bench's JSON.
 
 usage: plot_latency.py BENCH_JSON OUTPUT_PNG

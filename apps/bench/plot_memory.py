@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Draws device memory over time, one line per allocator, from the CSV that
 cudapmr_memory_bench writes (--timeline; the 4-stream random mix).
 

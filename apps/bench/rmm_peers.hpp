@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RMM's device resources as benchmark peers. Built only where CMake finds RMM
 // (the PyPI wheel librmm-cu13 ships it), in a shared library of its own with

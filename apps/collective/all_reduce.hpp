@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The measured all-reduce: the ranks one process drives, the run over sizes,
 // and the nccl-tests style report.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The collective's kernels (kernels.cu): the values each rank contributes and
 // the check of the sums. Plain CUDA, so that no fmt reaches nvcc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One process per GPU: the launcher that starts the ranks, and the rank's side
 // of handing NCCL's unique id around over cudapmr's ipc_channel.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // collective: an all-reduce (sum) over NCCL on every visible GPU, with buffers
 // drawn from cudapmr's per-device resources, checked against exact values and
 // reported the way nccl-tests' all_reduce_perf reports.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "scale_and_bias.hpp"
 
 #include <cudapmr/error.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The sample's in-place kernel, data[i] = data[i] * scale + bias, computed as
 // one fused multiply-add (what nvcc makes of the expression by default).

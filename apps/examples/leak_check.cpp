@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A capped, tracked resource finding a leak: a limiting_adaptor caps what the
 // code under test may hold at once, and a tracking_adaptor under it remembers
 // every allocation, so that whatever is still held at the end is reported

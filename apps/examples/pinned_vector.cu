@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A std::pmr::vector in pinned host memory feeding a kernel: the host fills
 // the vector, a kernel updates it in place through its data() pointer, and
 // the host reads the results, with no copies and no staging buffers.

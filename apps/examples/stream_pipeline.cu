@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A stream-ordered pipeline of buffers: chunks of pinned input are copied to
 // device buffers, transformed and copied back, alternating two streams. Each
 // device buffer is allocated and freed in order on its stream, so the pool

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thrust over cudapmr: a thrust::device_vector whose storage, and the
 // temporary storage of sort and reduce, come from a cudapmr resource, all in
 // order on one stream.

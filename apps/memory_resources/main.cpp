@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // memory_resources: the C++ counterpart of cuda.core's memoryResources sample.
 // Runs scale_and_bias over device, pinned and managed memory and checks every element.
 #include "scale_and_bias.hpp"

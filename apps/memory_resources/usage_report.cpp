@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "usage_report.hpp"
 
 #include <cudapmr/format.hpp>

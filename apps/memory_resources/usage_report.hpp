@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The demo's --report: peak and current usage of each resource it draws from,
 // counted by statistics adaptors, and the reserve of each resource's pool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // replay: plays a logging_adaptor log back against a cudapmr resource, threads
 // and order preserved, and prints the peak usage, the time and the failures;
 // with --record, writes such a log of a synthetic multi-threaded workload.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "replay.hpp"
 
 #include <cudapmr/device.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Replaying logging_adaptor logs against any resource, and recording a
 // synthetic workload to replay: the library behind the `replay` program,

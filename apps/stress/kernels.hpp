@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The stress run's kernels (kernels.cu): stamp, change and check an allocation
 // in stream order.

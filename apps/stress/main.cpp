@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cudapmr_stress: random allocations, frees, copies, fills and kernels from
 // many threads over every resource and adaptor stack, each allocation's
 // pattern checked before it is freed, every counter balanced at the end.

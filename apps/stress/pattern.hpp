@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The pattern each live allocation of the stress run holds, computed the same
 // way on the host and on the GPU.

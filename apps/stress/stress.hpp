@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The stress run: threads sharing streams make random allocations, frees,
 // copies, fills and kernels over every resource and adaptor stack, each live

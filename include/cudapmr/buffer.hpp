@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file buffer.hpp
 /// An owning, stream-ordered array drawn from a stream_ordered_resource.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file cccl.hpp
 /// cudapmr resources as stream-ordered resources of CCCL's `cuda::mr` (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file cudapmr.hpp
 /// Umbrella header: every public cudapmr header, except the interop headers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file current_resource.hpp
 /// The per-device resource that code draws from when no resource is named.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file device.hpp
 /// A small, non-owning handle to one CUDA device.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file device_memory_resource.hpp
 /// Device-local GPU memory, drawn from a device memory pool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file dlpack.hpp
 /// Hands cudapmr buffers to tensor libraries (PyTorch, CuPy, NumPy, JAX...)

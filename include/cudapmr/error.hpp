@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file error.hpp
 /// Exceptions thrown by cudapmr and the one macro that checks CUDA calls.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file format.hpp
 /// fmt formatters for cudapmr's reports: memory kinds, pool statistics,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file host_memory_resource.hpp
 /// Pageable host memory behind the stream-ordered interface, for tests and for

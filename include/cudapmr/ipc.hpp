@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file ipc.hpp
 /// Sharing pool memory between processes on one machine (CUDA IPC memory pools).

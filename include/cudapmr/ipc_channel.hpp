@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file ipc_channel.hpp
 /// A local socket between processes of one user that carries small messages

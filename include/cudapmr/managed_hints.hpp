@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file managed_hints.hpp
 /// The vocabulary of managed-memory prefetches and advice: where pages should

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file managed_memory_resource.hpp
 /// Unified (managed) memory, migrated between host and devices on demand.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file memory_kind.hpp
 /// What kind of memory a resource hands out, and who can touch it.

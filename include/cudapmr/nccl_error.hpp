@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file nccl_error.hpp
 /// Errors from NCCL calls (part of cudapmr::nccl, built where NCCL is found).

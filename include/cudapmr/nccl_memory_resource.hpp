@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file nccl_memory_resource.hpp
 /// Device memory from NCCL's allocator (part of cudapmr::nccl, built where NCCL is found).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file nccl_registration.hpp
 /// A buffer registered with an NCCL communicator (part of cudapmr::nccl).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file pinned_memory_resource.hpp
 /// Page-locked host memory, drawn from a host memory pool that every device can reach.

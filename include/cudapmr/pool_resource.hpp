@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file pool_resource.hpp
 /// The one implementation behind the three CUDA memory kinds: a resource that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file process.hpp
 /// Child processes for multi-process work: start a program, wait for it, stop it.

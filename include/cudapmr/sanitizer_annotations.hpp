@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file sanitizer_annotations.hpp
 /// Telling compute-sanitizer what it cannot see. Its initcheck tool follows

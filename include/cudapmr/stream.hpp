@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file stream.hpp
 /// Stream vocabulary: CCCL's non-owning `cuda::stream_ref` and an owning stream.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file stream_ordered_resource.hpp
 /// The base of every cudapmr resource: a `std::pmr::memory_resource` with a

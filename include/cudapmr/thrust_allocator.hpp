@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file thrust_allocator.hpp
 /// A Thrust allocator over any cudapmr resource, for `thrust::device_vector`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/failure_callback_adaptor.hpp"
 
 #include <stdexcept>

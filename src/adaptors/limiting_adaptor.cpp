@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/limiting_adaptor.hpp"
 
 #include "cudapmr/detail/byte_budget.hpp"

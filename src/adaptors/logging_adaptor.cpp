@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/logging_adaptor.hpp"
 
 #include "cudapmr/detail/thread_ordinal.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The adaptors stack in any order and serve std::pmr containers like any resource.
 #include "support/resource_cases.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // caching_resource: reuse on one stream, reuse across streams only in order,
 // the budget, cold classes, capture, release, exhaustion, threads. Host tests
 // use the host resource with made-up stream handles (it ignores streams; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // failure_callback_adaptor: the callback is asked on exhaustion, may free and
 // retry, and the refusal goes through once it declines.
 #include "support/resource_cases.hpp"

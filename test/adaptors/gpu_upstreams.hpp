@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One fresh pool of each CUDA kind, for running an adaptor over each on the GPU.
 

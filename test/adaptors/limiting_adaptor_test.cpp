@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // limiting_adaptor: the cap at its exact boundary, its message, and threads.
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"

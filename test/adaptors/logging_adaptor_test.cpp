@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // logging_adaptor: one CSV line per event, in order, to a stream or a file.
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The log -> replay round trip (apps/replay): a multi-threaded run logged by
 // a logging_adaptor replays with the same peak, over the host resource here
 // and over each CUDA kind on the GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // statistics_adaptor: current, peak and total, overall and per stream, under
 // 16 threads. Host tests use the host resource with made-up stream handles
 // (it ignores streams; the adaptor counts by them).

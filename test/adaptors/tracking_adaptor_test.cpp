@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tracking_adaptor: outstanding allocations, leak reports, and every bad free
 // it must catch, both from the checking call (an exception) and from the
 // noexcept path (a report), never passing the bad free upstream.

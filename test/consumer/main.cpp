@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Uses the installed headers and library: version, host resource, buffers, pmr, DLPack.
 #include <cudapmr/cudapmr.hpp>
 #include <cudapmr/dlpack.hpp>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The package_consumer test: installs the current build into a fresh prefix,
 # then configures, builds and runs test/consumer against it. Run as
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DCXX_COMPILER=... -DCUDA_ROOT=... -P run_consumer_test.cmake

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: random allocate, free and resize sequences through every
 // adaptor stacked over the host test resource, checking after each step that
 // no two live blocks overlap, that contents survive, and that every counter

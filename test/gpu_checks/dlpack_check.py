@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hands cudapmr buffers to NumPy, CuPy and PyTorch through DLPack and checks
 zero copy: the same address, the same values, writes seen both ways, and the
 memory given back when the consumer lets go.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Interop checks (sourced by test/run_gpu_suite.sh with $build and $out set):
 # every example program, and DLPack hand-overs to CuPy and PyTorch.
 interop_examples=$build/apps/examples

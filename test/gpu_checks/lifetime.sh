@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by test/run_gpu_suite.sh ($build, $out, verdict): processes that end
 # with memory still pooled, cached, or held by buffers whose stream or resource
 # is gone (issue 5, test/reliability/lifetime_exit.cpp): each must exit with

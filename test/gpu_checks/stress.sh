@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by test/run_gpu_suite.sh ($build, $out, verdict): the full stress run
 # (issue 5): 10^6 random operations by 16 threads over 4 streams across every
 # resource and adaptor stack; it prints its totals and operations per second.

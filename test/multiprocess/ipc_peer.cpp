@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The other process of the IPC tests (ipc_test.cpp): it connects to the
 // test's socket and plays one role. Exit status: 0 the role's expectation
 // held, 1 it did not (the reason on stderr), 2 unusable arguments or an error.

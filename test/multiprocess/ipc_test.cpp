@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharing pool memory with another process (ipc.hpp): the lifetime protocol
 // end to end with a second process on the same GPU, and the refusals.
 #include "support/gpu.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL communicators and registered buffers over cudapmr resources.
 #include "support/gpu.hpp"
 

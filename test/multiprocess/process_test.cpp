@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // child_process: start, wait, stop. Host-only.
 #include <cudapmr/process.hpp>
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Runs a program and checks how it ends (CTest cannot check an exit status
 # other than zero by itself):
 #   cmake -DCOMMAND_LINE="program|arg|arg" -DEXPECTED_RC=2 [-DSTDERR_LINES=1]

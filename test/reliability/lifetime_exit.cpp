@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Processes that end with memory still held, one scenario per run, each of
 // which must exit with status 0 and never crash on the way out:
 //   cudapmr_lifetime_exit host-static   static adaptors over a static host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The contract's case for nccl_memory_resource, where the build found NCCL
 // (CUDAPMR_TESTS_HAVE_NCCL).

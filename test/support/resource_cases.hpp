@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The resources the shared contract runs over, one "case" type each; typed
 // suites show the case type in every test name.

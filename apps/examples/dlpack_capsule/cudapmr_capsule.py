@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hands cudapmr buffers to Python tensor libraries through DLPack, zero copy.
 
 Loads the C ABI of libcudapmr_dlpack_capsule.so (dlpack_capsule.cpp) with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A C ABI, for Python's ctypes, that hands cudapmr buffers out as DLPack
 // tensors: cudapmr_capsule.py wraps each in a "dltensor" PyCapsule that
 // torch.from_dlpack and cupy.from_dlpack take without copying.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file caching_resource.hpp
 /// The fast front end of any stream_ordered_resource: a bounded cache of freed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file failure_callback_adaptor.hpp
 /// A second chance on exhaustion: a user callback may free, trim or spill

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file limiting_adaptor.hpp
 /// A byte cap on what may be outstanding from an upstream resource at once.

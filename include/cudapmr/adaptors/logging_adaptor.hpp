@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file logging_adaptor.hpp
 /// One CSV line per allocation event, buffered, to a file or a stream; the

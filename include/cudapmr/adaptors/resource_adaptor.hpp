@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file resource_adaptor.hpp
 /// The one base of every adaptor: a stream_ordered_resource over an upstream one.

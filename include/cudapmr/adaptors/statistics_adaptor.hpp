@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file statistics_adaptor.hpp
 /// Current, peak and total usage of a resource, overall and per stream, with

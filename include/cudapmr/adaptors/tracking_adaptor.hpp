@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file tracking_adaptor.hpp
 /// Every outstanding allocation (size, alignment, stream, thread, optionally

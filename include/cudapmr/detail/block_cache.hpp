@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one cache of freed blocks behind caching_resource and the pools' pmr
 // path: free blocks by size class, kept per stream, moved between streams only

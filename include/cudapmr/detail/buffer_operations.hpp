@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Non-template work behind buffer<T>, compiled once in src/.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checking CUDA calls whose error message needs more than the call's text.
 

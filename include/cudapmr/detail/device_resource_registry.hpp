@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The registry behind current_device_resource(), separate so that tests can
 // run its logic with a fallback of their own.

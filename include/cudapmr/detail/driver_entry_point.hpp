@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Driver API functions through the runtime (src/driver_entry_point.cpp), so
 // that the library links the runtime alone.

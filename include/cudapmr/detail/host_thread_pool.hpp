@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A persistent pool of host threads, and host copies split over it
 // (src/host_thread_pool.cpp). The staged copies between pageable and device

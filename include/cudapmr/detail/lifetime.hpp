@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a buffer needs to know when it is closed late: whether its resource
 // still exists, and whether its stream was a cudapmr::stream since destroyed.

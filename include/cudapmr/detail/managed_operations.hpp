@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Prefetch and advice over managed memory, behind managed_memory_resource and
 // buffer<T> (src/managed_operations.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Copies between the memory of two devices (src/peer_copy.cpp).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What CUDA knows about an address (src/pointer_type.cpp).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Size classes of the caches: 256 bytes, then four classes per power of two,
 // so a cached block wastes at most a fifth of itself. Eight per power of two

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Copies between pageable host memory and device-side memory through a
 // pipeline of pinned staging blocks, the host side split over the library's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The CUDA calls a cache makes to move freed blocks between streams: events
 // recorded at a free, waits, capture and device queries. Behind an interface

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small, stable number for the calling thread, shared by the adaptors' logs and reports.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The name of a type as the compiler spells it, for readable reports.
 

@@ -20,6 +20,7 @@
 #include "cudapmr/host_memory_resource.hpp"
 #include "cudapmr/ipc.hpp"
 #include "cudapmr/ipc_channel.hpp"
+#include "cudapmr/launch.hpp"
 #include "cudapmr/managed_hints.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/memory_kind.hpp"

@@ -171,9 +171,10 @@ void block_cache::note_live(std::int64_t live) noexcept {
   // Follows a rise at once; while what is live stays an eighth below, falls
   // by a 4096th per free (half in some 2,800 frees). A block freed and
   // allocated again in a loop stays cached, a working set that ebbs and flows
-  // finds its blocks again, and a program that winds down takes the cache
-  // down with it. Written only on such changes, so threads that reuse their
-  // own frees do not share a cache line.
+  // finds its blocks again, and a program that frees thousands of blocks
+  // takes the cache down with it (a few large ones stay). Written only on
+  // such changes, so threads that reuse their own frees do not share a cache
+  // line; a racing write may lose a rise or a fall, which costs one trim more or less.
   const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
   if (live > peak) recent_live_peak_.store(live, std::memory_order_relaxed);
   else if (live < peak - peak / 8) recent_live_peak_.store(peak - peak / 4096, std::memory_order_relaxed);

@@ -86,11 +86,13 @@ host_thread_pool::host_thread_pool(std::size_t threads) {
     registry().pools.push_back(this);
   }
   const std::size_t workers = threads > 1 ? threads - 1 : 0;
-  workers_.reserve(workers);
   try {
+    workers_.reserve(workers);
     for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
   } catch (...) {
     stop();  // join the threads already started
+    const std::lock_guard lock(registry().mutex);
+    std::erase(registry().pools, this);  // a later fork must not lock this object's mutex
     throw;
   }
 }

@@ -71,7 +71,11 @@ struct cache_statistics {
 ///   4096th per free while what is live stays an eighth below it; at least a
 ///   64th of the budget): a miss first returns what is over,
 ///   largest classes first, so a growing working set leaves no trail, and a
-///   free returns what is over, so a program that winds down keeps little. On upstream exhaustion it returns all it can and
+///   free returns what is over, so the cache follows a program's memory down
+///   over some thousands of frees (a program that frees a few large blocks
+///   keeps them cached; `release()` gives everything back). Only blocks of the
+///   freeing stream, blocks no work touches and blocks sealed by an event can
+///   leave at a free. On upstream exhaustion it returns all it can and
 ///   retries, then synchronizes every device, returns everything and retries.
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph

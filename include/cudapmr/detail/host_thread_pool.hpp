@@ -58,7 +58,7 @@ struct byte_range {
 ///
 /// Fork-safe: a child forked while pools exist gets them with no workers (the
 /// workers were the parent's threads), so its jobs run on the calling thread,
-/// and its exit joins nothing that is not there.
+/// and its exit joins nothing that is not there. A job's parts must not fork.
 class host_thread_pool final {
  public:
   /// \param threads the threads a job may use, the caller included: `threads - 1` workers.

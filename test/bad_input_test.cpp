@@ -2,7 +2,7 @@
 // Every public entry point with every bad argument, as one table: each row is
 // tried on each resource it applies to, and must give the documented error
 // (type and a message that names the values) and leave no byte behind. The
-// README's "Reliability" section lists the same table.
+// docs/reliability.md lists the same table.
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>

@@ -3,7 +3,7 @@
 // outlives its resource leaks its memory with one message instead of calling
 // into a dead object; a buffer that outlives its cudapmr::stream is freed on
 // its resource's bound stream, after the stream waited for its work. The
-// README's "Reliability" section states the same; test/reliability runs the
+// docs/reliability.md states the same; test/reliability runs the
 // process-exit cases in child processes.
 #include "support/resource_cases.hpp"
 

@@ -160,14 +160,22 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
   }
 }
 
-bool block_cache::keeps(std::size_t size_class) noexcept {
+block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
   const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
-  note_live(held_.load(std::memory_order_relaxed) - cached);
-  if (static_cast<std::size_t>(cached) + size_class_bytes(size_class) <= max_bytes_) return true;
-  return refuse(size_class);
+  const std::int64_t live = held_.load(std::memory_order_relaxed) - cached;  // the block included
+  const std::int64_t peak = note_live(live);
+  const auto incoming = static_cast<std::int64_t>(size_class_bytes(size_class));
+  const auto budget = static_cast<std::int64_t>(max_bytes_);
+  if (cached + incoming > budget) {
+    static_cast<void>(refuse(size_class));
+    return give_outcome::refused;
+  }
+  // The same line as excess(0), once the block moves from live to cached.
+  const std::int64_t allowed = std::min(std::max({live - incoming, peak, budget / 64}), budget);
+  return cached + incoming > allowed ? give_outcome::kept_over_live : give_outcome::kept;
 }
 
-void block_cache::note_live(std::int64_t live) noexcept {
+std::int64_t block_cache::note_live(std::int64_t live) noexcept {
   // Follows a rise at once; while what is live stays an eighth below, falls
   // by a 4096th per free (half in some 2,800 frees). A block freed and
   // allocated again in a loop stays cached, a working set that ebbs and flows
@@ -176,8 +184,20 @@ void block_cache::note_live(std::int64_t live) noexcept {
   // such changes, so threads that reuse their own frees do not share a cache
   // line; a racing write may lose a rise or a fall, which costs one trim more or less.
   const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
-  if (live > peak) recent_live_peak_.store(live, std::memory_order_relaxed);
-  else if (live < peak - peak / 8) recent_live_peak_.store(peak - peak / 4096, std::memory_order_relaxed);
+  if (live > peak) {
+    recent_live_peak_.store(live, std::memory_order_relaxed);
+    return live;
+  }
+  if (live < peak - peak / 8) {
+    recent_live_peak_.store(peak - peak / 4096, std::memory_order_relaxed);
+    return peak - peak / 4096;
+  }
+  return peak;
+}
+
+block_cache::give_outcome block_cache::refused(std::size_t size_class) noexcept {
+  static_cast<void>(refuse(size_class));
+  return give_outcome::refused;
 }
 
 bool block_cache::refuse(std::size_t size_class) noexcept {
@@ -283,14 +303,15 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
 
 // ---- giving ----------------------------------------------------------------------
 
-bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
-  if (!keeps(size_class)) return false;
+block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
+  const give_outcome outcome = keeps(size_class);
+  if (outcome == give_outcome::refused) return outcome;
   stream_entry* entry = entry_of(stream);
-  if (entry == nullptr) return refuse(size_class);
+  if (entry == nullptr) return refused(size_class);
   std::vector<cached_block> to_seal;
   {
     const std::lock_guard lock(entry->mutex);
-    if (!entry->unsealed.push(size_class, pointer)) return refuse(size_class);
+    if (!entry->unsealed.push(size_class, pointer)) return refused(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
@@ -305,17 +326,18 @@ bool block_cache::give(stream_ref stream, std::size_t size_class, void* pointer)
     }
   }
   if (!to_seal.empty()) seal(stream, *entry, to_seal);
-  return true;
+  return outcome;
 }
 
-bool block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
-  if (!keeps(size_class)) return false;
+block_cache::give_outcome block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
+  const give_outcome outcome = keeps(size_class);
+  if (outcome == give_outcome::refused) return outcome;
   ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
   const std::lock_guard lock(own.mutex);
-  if (!own.lists.push(size_class, pointer)) return refuse(size_class);
+  if (!own.lists.push(size_class, pointer)) return refused(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
-  return true;
+  return outcome;
 }
 
 void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept {

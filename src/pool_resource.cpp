@@ -307,8 +307,10 @@ void pool_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignm
   if (is_cacheable(bytes, alignment)) {
     const std::size_t size_class = detail::size_class_of(bytes);
     // With the bound stream never handed out, nothing queued can touch the block.
-    if (bound_stream_shared() ? cache_->give(own_bound_stream(), size_class, p) : cache_->give_ready(size_class, p)) {
-      if (cache_->holds_more_than_live()) {
+    const auto outcome = bound_stream_shared() ? cache_->give(own_bound_stream(), size_class, p)
+                                               : cache_->give_ready(size_class, p);
+    if (outcome != detail::block_cache::give_outcome::refused) {
+      if (outcome == detail::block_cache::give_outcome::kept_over_live) {
         std::vector<detail::evicted_block> evicted;
         try {
           cache_->trim_to_live(own_bound_stream(), evicted);

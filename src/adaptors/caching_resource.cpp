@@ -117,9 +117,11 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   const std::size_t size_class = detail::size_class_of(bytes);
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
-  if (is_captured(stream) || !cache_.give(stream, size_class, p))
+  const auto outcome = is_captured(stream) ? detail::block_cache::give_outcome::refused
+                                           : cache_.give(stream, size_class, p);
+  if (outcome == detail::block_cache::give_outcome::refused)
     return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
-  if (cache_.holds_more_than_live()) trim_to_live(stream);
+  if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(stream);
 }
 
 void caching_resource::trim_to_live(stream_ref stream) noexcept {
@@ -147,10 +149,11 @@ void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t ali
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate(p, bytes, alignment);
   const std::size_t size_class = detail::size_class_of(bytes);
   // With the bound stream never handed out, nothing queued can touch the block.
-  const bool kept = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
-                                          : cache_.give_ready(size_class, p);
-  if (!kept) return upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
-  if (cache_.holds_more_than_live()) trim_to_live(own_bound_stream());
+  const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
+                                             : cache_.give_ready(size_class, p);
+  if (outcome == detail::block_cache::give_outcome::refused)
+    return upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
+  if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(own_bound_stream());
 }
 
 void caching_resource::release() {

@@ -79,14 +79,20 @@ class block_cache {
 
   /// A block of `size_class` usable by work queued on `stream` from now on, or null.
   [[nodiscard]] void* take(stream_ref stream, std::size_t size_class) noexcept;
-  /// Keeps a block freed in stream order on `stream`. False when the budget is
-  /// full: the caller frees it upstream on `stream`.
-  [[nodiscard]] bool give(stream_ref stream, std::size_t size_class, void* pointer) noexcept;
+  /// What became of a block handed to the cache.
+  enum class give_outcome {
+    refused,         ///< the budget is full: the caller frees it upstream
+    kept,            ///< cached
+    kept_over_live,  ///< cached, and the cache now holds more than is live or was lately: trim_to_live
+  };
+  /// Keeps a block freed in stream order on `stream`, or refuses it (the
+  /// caller then frees it upstream on `stream`).
+  [[nodiscard]] give_outcome give(stream_ref stream, std::size_t size_class, void* pointer) noexcept;
 
   /// A block of `size_class` that no queued work can touch, or null.
   [[nodiscard]] void* take_ready(std::size_t size_class) noexcept;
-  /// Keeps a block no queued work can touch. False when the budget is full.
-  [[nodiscard]] bool give_ready(std::size_t size_class, void* pointer) noexcept;
+  /// Keeps a block no queued work can touch, or refuses it, as `give`.
+  [[nodiscard]] give_outcome give_ready(std::size_t size_class, void* pointer) noexcept;
 
   /// The owner took a block of `size_class` from upstream; `give` and the
   /// evictions count it back out (what is live is what was taken and is not cached).
@@ -103,9 +109,6 @@ class block_cache {
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
-  /// Whether the cache holds more than is live or was lately (at least a 64th
-  /// of the budget): cheap, asked after each free that the cache kept.
-  [[nodiscard]] bool holds_more_than_live() const noexcept { return excess(0) != 0; }
   /// After a free on `stream`: moves into `out` what the cache holds beyond
   /// what is live, and a little more, as make_room does. So the cache shrinks
   /// as the program's memory does, and what an idle program keeps is small.
@@ -192,12 +195,17 @@ class block_cache {
   /// Adds `change` bytes to a lock holder's `unflushed` count, and that to the
   /// shared total once it is large: threads rarely write one cache line.
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;
-  /// Whether a block of `size_class` fits in the budget; if not, it leaves the cache (`refuse`).
-  [[nodiscard]] bool keeps(std::size_t size_class) noexcept;
-  /// Before a free: what is live, block included, for the recent peak the cache may hold.
-  void note_live(std::int64_t live) noexcept;
+  /// Whether a block of `size_class` fits in the budget (if not, it leaves
+  /// the cache: `refuse`), and whether keeping it puts the cache over what is
+  /// live or was lately; one read of the shared counts serves both.
+  [[nodiscard]] give_outcome keeps(std::size_t size_class) noexcept;
+  /// Before a free: what is live, block included, for the recent peak the
+  /// cache may hold; returns the peak as it now stands.
+  std::int64_t note_live(std::int64_t live) noexcept;
   /// Counts a block the owner frees upstream instead of caching; returns false.
   bool refuse(std::size_t size_class) noexcept;
+  /// As refuse, for give's callers.
+  give_outcome refused(std::size_t size_class) noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
 
   stream_ordering& ordering_;

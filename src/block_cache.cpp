@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <string_view>
 
 namespace cudapmr::detail {
 
@@ -36,6 +37,11 @@ std::uint64_t next_cache_identity() noexcept {
 }
 
 }  // namespace
+
+bool caching_disabled() noexcept {
+  const char* value = std::getenv("CUDAPMR_NO_CACHING");
+  return value != nullptr && std::string_view(value) == "1";
+}
 
 // ---- free_lists ---------------------------------------------------------------
 
@@ -104,7 +110,8 @@ block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes
       max_bytes_(max_cached_bytes),
       stream_share_(max_cached_bytes / 8),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
-      identity_(next_cache_identity()) {}
+      identity_(next_cache_identity()),
+      keep_nothing_(caching_disabled()) {}
 
 block_cache::~block_cache() {
   // Blocks were drained by the owner; events of sealed blocks left behind (a
@@ -161,6 +168,7 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
 }
 
 block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
+  if (keep_nothing_) return refused(size_class);
   const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
   const std::int64_t live = held_.load(std::memory_order_relaxed) - cached;  // the block included
   const std::int64_t peak = note_live(live);

@@ -2,8 +2,10 @@
 #include "cudapmr/ipc.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/error.hpp"
 
+#include <cuda.h>
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -38,6 +40,41 @@ void check_header(const message_header& header, message_kind expected, const cha
                                          static_cast<std::uint32_t>(expected)));
 }
 
+/// The allocation that holds `p`: its first byte and its size, as the driver
+/// knows them, never what a message says. Pointer attributes, unlike
+/// cuMemGetAddressRange, need no current context: a process that has only
+/// imported a pool may have none on this thread yet.
+struct allocation_range {
+  std::uintptr_t base;
+  std::size_t bytes;
+};
+
+allocation_range allocation_holding(const void* p, const char* step) {
+  using pointer_attribute_function = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
+  static const auto attribute = detail::driver_function<pointer_attribute_function>("cuPointerGetAttribute");
+  if (attribute == nullptr)
+    throw std::runtime_error(fmt::format("{}: the driver gives no cuPointerGetAttribute to check the memory with", step));
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  const auto address = reinterpret_cast<CUdeviceptr>(p);
+  CUresult status = attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address);
+  if (status == CUDA_SUCCESS) status = attribute(&bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address);
+  if (status != CUDA_SUCCESS)
+    throw std::invalid_argument(fmt::format("{}: {} is not in a CUDA allocation (cuPointerGetAttribute answered {})",
+                                            step, fmt::ptr(p), static_cast<int>(status)));
+  return {static_cast<std::uintptr_t>(base), bytes};
+}
+
+/// Throws `Error` where `bytes` from `p` pass the end of the allocation that holds `p`.
+template <class Error>
+void require_within_allocation(const void* p, std::size_t bytes, const char* step, const char* whose_bytes) {
+  const allocation_range range = allocation_holding(p, step);
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(p) - range.base;
+  if (bytes > range.bytes - offset)
+    throw Error(fmt::format("{}: {} {} bytes at {}, but its allocation holds {} bytes from there ({} bytes from {:#x})",
+                            step, whose_bytes, bytes, fmt::ptr(p), range.bytes - offset, range.bytes, range.base));
+}
+
 }  // namespace
 
 file_descriptor export_pool(const pool_resource& resource) {
@@ -53,6 +90,7 @@ file_descriptor export_pool(const pool_resource& resource) {
 
 ipc_memory_handle export_memory(const void* p, std::size_t bytes) {
   if (p == nullptr) throw std::invalid_argument(fmt::format("export_memory: null pointer ({} bytes)", bytes));
+  require_within_allocation<std::invalid_argument>(p, bytes, "export_memory", "asked to export");
   ipc_memory_handle handle{.bytes = bytes};
   detail::check_cuda(cudaMemPoolExportPointer(&handle.export_data, const_cast<void*>(p)), [&] {
     return fmt::format("cudaMemPoolExportPointer of {} ({} bytes): the memory must come from an IPC-enabled pool "
@@ -100,7 +138,19 @@ ipc_memory_view imported_pool::open(const ipc_memory_handle& memory) const {
     return fmt::format("cudaMemPoolImportPointer of {} bytes: the description is not of memory in this imported pool",
                        memory.bytes);
   });
-  return {p, memory.bytes};
+  ipc_memory_view view(p, memory.bytes);  // closes the import should a check fail
+  // The byte count comes from the peer: a view past the real allocation would
+  // let kernels reach other memory.
+  require_within_allocation<std::runtime_error>(p, memory.bytes, "imported_pool::open", "the peer described");
+  cudaPointerAttributes attributes{};
+  detail::check_cuda(cudaPointerGetAttributes(&attributes, p), [&] {
+    return fmt::format("cudaPointerGetAttributes of the imported memory at {}", fmt::ptr(p));
+  });
+  if (attributes.type != cudaMemoryTypeDevice)
+    throw std::runtime_error(fmt::format("imported_pool::open: the imported memory at {} is not device memory "
+                                         "(memory type {})",
+                                         fmt::ptr(p), static_cast<int>(attributes.type)));
+  return view;
 }
 
 // ---- ipc_memory_view ---------------------------------------------------------

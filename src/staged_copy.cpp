@@ -4,6 +4,7 @@
 // overlaps the DMA of the previous ones.
 #include "cudapmr/detail/staged_copy.hpp"
 
+#include "cudapmr/detail/block_cache.hpp"
 #include "cudapmr/detail/host_thread_pool.hpp"
 #include "cudapmr/detail/peer_copy.hpp"
 #include "cudapmr/detail/pointer_type.hpp"
@@ -111,6 +112,7 @@ class staging_cache final {
 
   /// Keeps `set` for later copies (or frees it, should keeping it fail).
   void release(std::unique_ptr<staging_set> set) noexcept {
+    if (detail::caching_disabled()) return;  // `set` frees itself, where compute-sanitizer sees it
     try {
       const std::lock_guard lock(mutex_);
       idle_.push_back(std::move(set));

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host thread pool and the host copies split over it: all host-only.
+#include "support/gpu.hpp"
+
 #include <cudapmr/detail/host_thread_pool.hpp>
 
 #include <gtest/gtest.h>
@@ -72,6 +74,9 @@ TEST(HostCopyThreads, AllHardwareThreadsUpToTheCap) {
 }
 
 TEST(HostThreadPool, AForkedChildCopiesAgainAndExits) {
+  // The tool's library, injected into this process, is inherited by a child
+  // it did not launch; on the H200 such children exited with errors of the tool's.
+  if (cudapmr::test::under_compute_sanitizer()) GTEST_SKIP() << "compute-sanitizer does not follow a forked child";
   // The library's copy pool, with its workers started by a copy here.
   std::vector<unsigned char> source(std::size_t{16} << 20), destination(source.size());
   for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 13);

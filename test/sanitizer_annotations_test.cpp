@@ -3,8 +3,16 @@
 // alone. Under compute-sanitizer (test/run_sanitizers.sh) the tool must accept
 // the ranges, since it counts a refused one as an error, and initcheck's zero
 // over the suite, the demo and the stress run shows the marks take effect.
+//
+// MemcheckSeesCachedBlocks provokes kernels that use memory their owner freed
+// through a cache. memcheck sees a use after free only of memory freed to CUDA
+// (it refuses NVTX heaps over pool memory), so with CUDAPMR_NO_CACHING=1 the
+// caches keep nothing. The tests are disabled in the suite; test/run_sanitizers.sh
+// runs each alone under memcheck, with the variable set, and expects a report.
 #include "support/gpu.hpp"
 
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 #include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/sanitizer_annotations.hpp>
@@ -41,6 +49,33 @@ TEST(SanitizerAnnotations, NullAndEmptyRangesAreIgnored) {
   mark_initialized(&word, 0, stream_ref{});
   mark_initialized(std::span<std::uint32_t>(), stream_ref{});
   EXPECT_EQ(word, 7u);
+}
+
+constexpr const char* run_with_caching_off = "run with CUDAPMR_NO_CACHING=1, so that the free reaches CUDA";
+
+TEST(MemcheckSeesCachedBlocks, DISABLED_AKernelWritingAPoolBlockFreedThroughTheCache) {
+  CUDAPMR_REQUIRE_GPU();
+  constexpr std::size_t bytes = std::size_t{1} << 20;
+  device_memory_resource pool(0);
+  caching_resource cache(pool);
+  const stream work(0);
+  auto* words = static_cast<std::uint32_t*>(cache.allocate_async(bytes, work));
+  cache.deallocate_async(words, bytes, work);
+  ASSERT_EQ(cache.statistics().cached_bytes, 0u) << run_with_caching_off;
+  write_sequence(words, 1024, 1, work);  // use after free: memcheck reports it
+  static_cast<void>(cudaStreamSynchronize(work.get()));  // under memcheck the kernel fails
+}
+
+TEST(MemcheckSeesCachedBlocks, DISABLED_AKernelWritingAPinnedBlockFreedThroughThePmrPath) {
+  CUDAPMR_REQUIRE_GPU();
+  constexpr std::size_t bytes = std::size_t{64} << 10;
+  pinned_memory_resource pinned;
+  auto* words = static_cast<std::uint32_t*>(pinned.allocate(bytes));
+  pinned.deallocate(words, bytes);
+  ASSERT_EQ(pinned.cached_bytes(), 0u) << run_with_caching_off;
+  const stream work(0);
+  write_sequence(words, 1024, 1, work);  // use after free: memcheck reports it
+  static_cast<void>(cudaStreamSynchronize(work.get()));  // under memcheck the kernel fails
 }
 
 }  // namespace

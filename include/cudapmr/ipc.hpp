@@ -48,8 +48,9 @@ struct ipc_memory_handle {
 /// Describes [p, p + bytes), memory allocated from an IPC-enabled pool that
 /// `export_pool` has already exported (CUDA describes memory only of a pool
 /// already shared; `send_shared_memory` keeps that order).
-/// \throws std::invalid_argument for a null pointer; cuda_error when the memory
-///   is not from an IPC-enabled pool or its pool was not exported first.
+/// \throws std::invalid_argument for a null pointer, or where [p, p + bytes)
+///   is not within one CUDA allocation (naming both sizes); cuda_error when
+///   the memory is not from an IPC-enabled pool or its pool was not exported first.
 [[nodiscard]] ipc_memory_handle export_memory(const void* p, std::size_t bytes);
 /// Describes the memory of `exported`. \throws as above, and std::invalid_argument for a closed buffer.
 template <class T>
@@ -79,7 +80,11 @@ class imported_pool final {
 
   /// Opens the exporter's memory described by `memory`. Synchronous; use it
   /// only after the exporter's writes are complete (step 1 sees to that).
-  /// \throws cuda_error when the description is not of this pool's memory.
+  /// The description comes from another process and is checked against what
+  /// the driver says of the imported memory.
+  /// \throws cuda_error when the description is not of this pool's memory;
+  ///   std::runtime_error naming both sizes where it claims more bytes than
+  ///   the imported allocation holds, or where the memory is not device memory.
   [[nodiscard]] ipc_memory_view open(const ipc_memory_handle& memory) const;
 
  private:

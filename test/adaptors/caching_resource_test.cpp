@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -77,6 +78,24 @@ TEST(CachingResource, ReusesAFreedBlockOnTheSameStreamWithoutGoingUpstream) {
   EXPECT_EQ(statistics.hits, 1u);
   EXPECT_EQ(statistics.misses, 1u);
   cache.deallocate_async(second, 980, fake_stream(1));
+}
+
+TEST(CachingResource, WithCachingTurnedOffInTheEnvironmentEveryFreeGoesUpstream) {
+  // CUDAPMR_NO_CACHING=1, read when a cache is made, is for tools that must see every free.
+  ASSERT_EQ(::setenv("CUDAPMR_NO_CACHING", "1", 1), 0);
+  host_memory_resource upstream;
+  caching_resource cache(upstream);
+  ASSERT_EQ(::unsetenv("CUDAPMR_NO_CACHING"), 0);
+  void* block = cache.allocate_async(1000, fake_stream(1));
+  cache.deallocate_async(block, 1000, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 0u) << "the free stayed in the cache";
+  EXPECT_EQ(cache.statistics().cached_bytes, 0u);
+  void* again = cache.allocate_async(1000, fake_stream(1));
+  EXPECT_EQ(cache.statistics().misses, 2u);
+  cache.deallocate_async(again, 1000, fake_stream(1));
+  caching_resource caching_again(upstream);  // made with the variable unset: caches
+  caching_again.deallocate_async(caching_again.allocate_async(1000, fake_stream(1)), 1000, fake_stream(1));
+  EXPECT_EQ(caching_again.statistics().cached_bytes, 1024u);
 }
 
 TEST(CachingResource, AnotherStreamWaitsForTheEventRecordedAtTheFree) {

@@ -10,6 +10,9 @@
 //       receives a memory description with no pool descriptor and must fail to open it
 //   cudapmr_ipc_peer SOCKET wrong-pool
 //       receives a description with another pool's descriptor and must fail to open it
+//   cudapmr_ipc_peer SOCKET oversized
+//       receives the pool and a description that claims more bytes than the
+//       allocation holds, and must refuse to open it, naming both sizes
 #include <cudapmr/error.hpp>
 #include <cudapmr/ipc.hpp>
 
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -76,6 +80,23 @@ int wrong_pool(ipc_channel& channel) {
   return expect_refusal("another pool's descriptor", [&, handle = memory] { static_cast<void>(other.open(handle)); });
 }
 
+int oversized(ipc_channel& channel) {
+  auto [memory, descriptor] = channel.receive_value_with_descriptor<ipc_memory_handle>();
+  const imported_pool pool(std::move(descriptor));
+  try {
+    const cudapmr::ipc_memory_view view = pool.open(memory);
+    std::fprintf(stderr, "ipc peer: opened a view of %zu bytes\n", view.size_bytes());
+    return 1;
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    const bool names_both = message.find(std::to_string(memory.bytes)) != std::string::npos &&
+                            message.find("allocation holds") != std::string::npos;
+    std::fprintf(stderr, "ipc peer: refused (%s): %s\n", names_both ? "as expected" : "without the sizes",
+                 message.c_str());
+    return names_both ? 0 : 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +110,7 @@ int main(int argc, char** argv) {
                               static_cast<std::uint32_t>(std::stoul(arguments[3])));
     if (role == "without-descriptor") return without_descriptor(channel);
     if (role == "wrong-pool") return wrong_pool(channel);
+    if (role == "oversized") return oversized(channel);
     throw std::invalid_argument("unknown role or arguments: " + role);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ipc peer: %s\n", error.what());

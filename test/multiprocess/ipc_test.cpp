@@ -100,6 +100,35 @@ TEST(Ipc, AnotherPoolsDescriptorDoesNotOpenTheMemory) {
   EXPECT_EQ(status, 0) << "the peer opened the memory through another pool";
 }
 
+TEST(Ipc, AnImporterRefusesADescriptionOfMoreBytesThanTheAllocationHolds) {
+  CUDAPMR_REQUIRE_GPU();
+  const int status = refusing_peer_status("oversized", [](ipc_channel& channel, const buffer<std::uint32_t>& shared) {
+    const auto& pool = dynamic_cast<const pool_resource&>(*shared.resource());
+    const file_descriptor descriptor = export_pool(pool);
+    ipc_memory_handle lying = export_memory(shared);
+    lying.bytes = std::size_t{1} << 40;  // a peer that lies: a view of 1 TiB would reach other memory
+    channel.send_value(lying, descriptor.get());
+  });
+  EXPECT_EQ(status, 0) << "the peer opened a view larger than the allocation (or refused without naming the sizes)";
+}
+
+TEST(Ipc, ExportingMoreBytesThanTheAllocationHoldsIsRefused) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource pool(0, device_pool_options{.ipc_enabled = true});
+  const cudapmr::stream stream(0);
+  buffer<std::uint32_t> shared(pool, 1024, stream);
+  stream.synchronize();
+  const file_descriptor exported = export_pool(pool);
+  try {
+    static_cast<void>(export_memory(shared.data(), std::size_t{1} << 40));
+    ADD_FAILURE() << "described 1 TiB of a 4 KiB buffer";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("1099511627776"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("allocation holds"), std::string::npos) << error.what();
+  }
+  EXPECT_NO_THROW(static_cast<void>(export_memory(shared)));
+}
+
 TEST(Ipc, APoolWithoutIpcCannotBeExported) {
   CUDAPMR_REQUIRE_GPU();
   const device_memory_resource pool(0, device_pool_options{});

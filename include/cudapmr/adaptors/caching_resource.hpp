@@ -80,6 +80,9 @@ struct cache_statistics {
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph
 ///   (unless `check_capture` is off).
+/// - With `CUDAPMR_NO_CACHING=1` in the environment when it is made, it keeps
+///   nothing: every free goes upstream, where compute-sanitizer's memcheck
+///   sees a later use (it cannot see into a cache of pool memory).
 ///
 /// Thread-safe; caches are sharded by stream and by thread, with no global
 /// lock on the hit path. CUDA may give a destroyed stream's handle to the

@@ -19,6 +19,13 @@
 
 namespace cudapmr::detail {
 
+/// Whether CUDAPMR_NO_CACHING is set to 1: caches made from then on keep
+/// nothing, so every free reaches the upstream. For compute-sanitizer's
+/// memcheck, which sees a use after free only of memory freed to CUDA: it
+/// refuses NVTX heaps over stream-ordered pool memory, all the caches hold.
+/// Read at each call.
+[[nodiscard]] bool caching_disabled() noexcept;
+
 /// A freed block and its size class.
 struct cached_block {
   void* pointer;
@@ -72,6 +79,8 @@ class free_lists {
 class block_cache {
  public:
   /// \param max_cached_bytes the budget: the cache keeps no more than this.
+  /// With CUDAPMR_NO_CACHING=1 in the environment when it is made, the cache
+  /// refuses every block (see caching_disabled()).
   block_cache(stream_ordering& ordering, std::size_t max_cached_bytes);
   ~block_cache();
   block_cache(const block_cache&) = delete;
@@ -213,6 +222,7 @@ class block_cache {
   const std::size_t stream_share_;  // unsealed bytes a stream keeps before it seals
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
+  const bool keep_nothing_;         // CUDAPMR_NO_CACHING=1 when the cache was made
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()

@@ -16,6 +16,20 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ ${PROJECT_BINARY_DIR}/include/
   FILES_MATCHING PATTERN "*.hpp")
 install(EXPORT cudapmrTargets NAMESPACE cudapmr:: DESTINATION ${cudapmr_package_dir})
 
+# Each component in an export set of its own, which cudapmrConfig.cmake loads
+# when find_package(cudapmr COMPONENTS ...) asks for it.
+foreach(component interop multiprocess nccl)
+  if(TARGET cudapmr_${component})
+    install(TARGETS cudapmr_${component} EXPORT cudapmr_${component}Targets
+      ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+      LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+    install(EXPORT cudapmr_${component}Targets NAMESPACE cudapmr:: DESTINATION ${cudapmr_package_dir})
+  endif()
+endforeach()
+if(TARGET cudapmr_nccl)
+  install(FILES ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake DESTINATION ${cudapmr_package_dir})
+endif()
+
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cudapmrConfig.cmake.in
   ${PROJECT_BINARY_DIR}/cudapmrConfig.cmake
   INSTALL_DESTINATION ${cudapmr_package_dir})

@@ -2,7 +2,7 @@
 // cccl.hpp: cudapmr resources behind CCCL's cuda::mr resource references.
 #include "support/gpu.hpp"
 
-#include <cudapmr/cccl.hpp>
+#include <cudapmr/interop/cccl.hpp>
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 #include <cudapmr/managed_memory_resource.hpp>

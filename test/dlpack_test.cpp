@@ -3,7 +3,7 @@
 #include "support/gpu.hpp"
 
 #include <cudapmr/device_memory_resource.hpp>
-#include <cudapmr/dlpack.hpp>
+#include <cudapmr/interop/dlpack.hpp>
 #include <cudapmr/error.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 #include <cudapmr/managed_memory_resource.hpp>

@@ -2,7 +2,7 @@
 // format.hpp: fmt formatters for reports, and byte sizes in binary units.
 #include "support/resource_cases.hpp"
 
-#include <cudapmr/format.hpp>
+#include <cudapmr/interop/format.hpp>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 // too), and NCCL's errors. Built where NCCL is found.
 #include "support/resource_cases.hpp"
 
-#include <cudapmr/nccl_error.hpp>
-#include <cudapmr/nccl_memory_resource.hpp>
+#include <cudapmr/nccl/error.hpp>
+#include <cudapmr/nccl/memory_resource.hpp>
 
 #include <gtest/gtest.h>
 

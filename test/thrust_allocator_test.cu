@@ -5,7 +5,7 @@
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 #include <cudapmr/managed_memory_resource.hpp>
-#include <cudapmr/thrust_allocator.hpp>
+#include <cudapmr/interop/thrust_allocator.hpp>
 
 #include <thrust/device_vector.h>
 #include <thrust/reduce.h>

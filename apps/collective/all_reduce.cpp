@@ -6,8 +6,8 @@
 #include <cudapmr/device.hpp>
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/error.hpp>
-#include <cudapmr/nccl_error.hpp>
-#include <cudapmr/nccl_memory_resource.hpp>
+#include <cudapmr/nccl/error.hpp>
+#include <cudapmr/nccl/memory_resource.hpp>
 
 #include <fmt/format.h>
 

@@ -4,8 +4,8 @@
 // and the nccl-tests style report.
 
 #include <cudapmr/buffer.hpp>
-#include <cudapmr/nccl_communicator.hpp>
-#include <cudapmr/nccl_registration.hpp>
+#include <cudapmr/nccl/communicator.hpp>
+#include <cudapmr/nccl/registration.hpp>
 #include <cudapmr/stream.hpp>
 #include <cudapmr/stream_ordered_resource.hpp>
 

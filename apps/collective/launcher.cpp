@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "launcher.hpp"
 
-#include <cudapmr/ipc_channel.hpp>
-#include <cudapmr/nccl_communicator.hpp>
-#include <cudapmr/process.hpp>
+#include <cudapmr/multiprocess/ipc_channel.hpp>
+#include <cudapmr/nccl/communicator.hpp>
+#include <cudapmr/multiprocess/process.hpp>
 
 #include <fmt/format.h>
 

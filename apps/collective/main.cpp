@@ -10,8 +10,8 @@
 
 #include <cudapmr/device.hpp>
 #include <cudapmr/error.hpp>
-#include <cudapmr/nccl_communicator.hpp>
-#include <cudapmr/nccl_error.hpp>
+#include <cudapmr/nccl/communicator.hpp>
+#include <cudapmr/nccl/error.hpp>
 
 #include <fmt/format.h>
 

@@ -4,7 +4,7 @@
 // order on one stream.
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/stream.hpp>
-#include <cudapmr/thrust_allocator.hpp>
+#include <cudapmr/interop/thrust_allocator.hpp>
 
 #include <thrust/device_vector.h>
 #include <thrust/equal.h>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "usage_report.hpp"
 
-#include <cudapmr/format.hpp>
+#include <cudapmr/interop/format.hpp>
 
 #include <fmt/format.h>
 

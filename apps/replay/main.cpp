@@ -5,7 +5,7 @@
 #include "replay.hpp"
 
 #include <cudapmr/cudapmr.hpp>
-#include <cudapmr/format.hpp>
+#include <cudapmr/interop/format.hpp>
 
 #include <fmt/format.h>
 

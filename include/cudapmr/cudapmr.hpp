@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file cudapmr.hpp
-/// Umbrella header: every public cudapmr header, except the interop headers
-/// that need more than the toolkit (cccl.hpp, thrust_allocator.hpp, dlpack.hpp)
-/// and the NCCL headers (nccl_*.hpp, in cudapmr::nccl).
+/// Umbrella header of the core library, `cudapmr::cudapmr`: errors, devices,
+/// streams, the memory kinds, the adaptors and buffers. The other components
+/// have folders and libraries of their own: `interop/` (`cudapmr::interop`:
+/// CCCL, Thrust, DLPack, fmt formatters), `multiprocess/`
+/// (`cudapmr::multiprocess`: IPC, the socket channel, child processes) and
+/// `nccl/` (`cudapmr::nccl`).
 
 #include "cudapmr/adaptors/caching_resource.hpp"
 #include "cudapmr/adaptors/failure_callback_adaptor.hpp"
@@ -18,15 +21,12 @@
 #include "cudapmr/device_memory_resource.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/host_memory_resource.hpp"
-#include "cudapmr/ipc.hpp"
-#include "cudapmr/ipc_channel.hpp"
 #include "cudapmr/launch.hpp"
 #include "cudapmr/managed_hints.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/memory_kind.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 #include "cudapmr/pool_resource.hpp"
-#include "cudapmr/process.hpp"
 #include "cudapmr/sanitizer_annotations.hpp"
 #include "cudapmr/stream.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"

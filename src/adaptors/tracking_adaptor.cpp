@@ -2,7 +2,7 @@
 #include "cudapmr/adaptors/tracking_adaptor.hpp"
 
 #include "cudapmr/detail/thread_ordinal.hpp"
-#include "cudapmr/format.hpp"
+#include "cudapmr/interop/format.hpp"
 
 #include <fmt/format.h>
 

@@ -24,10 +24,18 @@ file(REMOVE_RECURSE ${WORK_DIR})
 run_step("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # A static library's private, header-only dependencies must not reach its users.
-file(READ ${prefix}/lib/cmake/cudapmr/cudapmrTargets.cmake exported)
-if(exported MATCHES "fmt::|dlpack::")
-  message(FATAL_ERROR "the exported cudapmr targets name fmt or dlpack, which users need not have")
-endif()
+file(GLOB export_files ${prefix}/lib/cmake/cudapmr/*Targets*.cmake)
+foreach(export_file IN LISTS export_files)
+  file(READ ${export_file} exported)
+  if(exported MATCHES "fmt::|dlpack::")
+    message(FATAL_ERROR "${export_file} names fmt or dlpack, which users need not have")
+  endif()
+endforeach()
+foreach(component interop multiprocess)
+  if(NOT EXISTS ${prefix}/lib/cmake/cudapmr/cudapmr_${component}Targets.cmake)
+    message(FATAL_ERROR "the component ${component} was not installed")
+  endif()
+endforeach()
 
 run_step("configure the consumer" ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${consumer_build}
   -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCUDAToolkit_ROOT=${CUDA_ROOT}

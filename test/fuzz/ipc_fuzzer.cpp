@@ -7,8 +7,8 @@
 // (a wrong size, a foreign message, a descriptor that is no pool, no GPU)
 // and never crash, leak a descriptor or read past what came; the sanitizers
 // and a count of open descriptors check that.
-#include <cudapmr/ipc.hpp>
-#include <cudapmr/ipc_channel.hpp>
+#include <cudapmr/multiprocess/ipc.hpp>
+#include <cudapmr/multiprocess/ipc_channel.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // ipc_channel, ipc_listener and file_descriptor: messages and descriptors
 // between processes, and who may connect. Host-only.
-#include <cudapmr/ipc_channel.hpp>
+#include <cudapmr/multiprocess/ipc_channel.hpp>
 
 #include <gtest/gtest.h>
 

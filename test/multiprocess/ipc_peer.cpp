@@ -14,7 +14,7 @@
 //       receives the pool and a description that claims more bytes than the
 //       allocation holds, and must refuse to open it, naming both sizes
 #include <cudapmr/error.hpp>
-#include <cudapmr/ipc.hpp>
+#include <cudapmr/multiprocess/ipc.hpp>
 
 #include <fcntl.h>
 

@@ -6,8 +6,8 @@
 #include <cudapmr/buffer.hpp>
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/error.hpp>
-#include <cudapmr/ipc.hpp>
-#include <cudapmr/process.hpp>
+#include <cudapmr/multiprocess/ipc.hpp>
+#include <cudapmr/multiprocess/process.hpp>
 
 #include <gtest/gtest.h>
 

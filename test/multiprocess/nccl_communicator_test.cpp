@@ -3,10 +3,10 @@
 #include "support/gpu.hpp"
 
 #include <cudapmr/buffer.hpp>
-#include <cudapmr/nccl_communicator.hpp>
-#include <cudapmr/nccl_error.hpp>
-#include <cudapmr/nccl_memory_resource.hpp>
-#include <cudapmr/nccl_registration.hpp>
+#include <cudapmr/nccl/communicator.hpp>
+#include <cudapmr/nccl/error.hpp>
+#include <cudapmr/nccl/memory_resource.hpp>
+#include <cudapmr/nccl/registration.hpp>
 
 #include <gtest/gtest.h>
 

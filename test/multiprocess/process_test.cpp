@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // child_process: start, wait, stop. Host-only.
-#include <cudapmr/process.hpp>
+#include <cudapmr/multiprocess/process.hpp>
 
 #include <gtest/gtest.h>
 

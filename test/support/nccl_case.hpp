@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #if CUDAPMR_TESTS_HAVE_NCCL
-#include <cudapmr/nccl_memory_resource.hpp>
+#include <cudapmr/nccl/memory_resource.hpp>
 
 #include <cstddef>
 #include <memory>

@@ -6,7 +6,7 @@
 // Functions that can fail return null or -1 and leave a message for
 // cudapmr_capsule_last_error(); none lets an exception cross into C.
 #include <cudapmr/device_memory_resource.hpp>
-#include <cudapmr/dlpack.hpp>
+#include <cudapmr/interop/dlpack.hpp>
 #include <cudapmr/error.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 #include <cudapmr/managed_memory_resource.hpp>

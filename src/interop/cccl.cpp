@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The non-template part of cccl.hpp; compiling it also checks the header's static_asserts.
-#include "cudapmr/cccl.hpp"
+#include "cudapmr/interop/cccl.hpp"
 
 #include <fmt/format.h>
 

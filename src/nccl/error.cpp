@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/nccl_error.hpp"
+#include "cudapmr/nccl/error.hpp"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/process.hpp"
+#include "cudapmr/multiprocess/process.hpp"
 
 #include <fmt/format.h>
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/nccl_memory_resource.hpp"
+#include "cudapmr/nccl/memory_resource.hpp"
 
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
-#include "cudapmr/nccl_error.hpp"
+#include "cudapmr/nccl/error.hpp"
 
 #include <fmt/format.h>
 

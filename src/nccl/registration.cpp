@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/nccl_registration.hpp"
+#include "cudapmr/nccl/registration.hpp"
 
-#include "cudapmr/nccl_error.hpp"
+#include "cudapmr/nccl/error.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 
 #ifndef LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #  ifdef _CUDA__MEMORY_RESOURCE_RESOURCE_H
-#    error "<cuda/memory_resource> was included before <cudapmr/cccl.hpp> without LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE: include cudapmr/cccl.hpp first or define the macro project-wide"
+#    error "<cuda/memory_resource> was included before <cudapmr/interop/cccl.hpp> without LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE: include cudapmr/interop/cccl.hpp first or define the macro project-wide"
 #  endif
 #  define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
 #endif

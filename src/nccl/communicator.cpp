@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/nccl_communicator.hpp"
+#include "cudapmr/nccl/communicator.hpp"
 
 #include "cudapmr/device.hpp"
-#include "cudapmr/nccl_error.hpp"
+#include "cudapmr/nccl/error.hpp"
 
 #include <fmt/format.h>
 

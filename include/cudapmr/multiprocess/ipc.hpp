@@ -22,7 +22,7 @@
 /// cannot import the pool, and without the pool the description opens nothing.
 
 #include "cudapmr/buffer.hpp"
-#include "cudapmr/ipc_channel.hpp"
+#include "cudapmr/multiprocess/ipc_channel.hpp"
 #include "cudapmr/pool_resource.hpp"
 #include "cudapmr/stream.hpp"
 

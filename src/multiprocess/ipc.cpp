@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/ipc.hpp"
+#include "cudapmr/multiprocess/ipc.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/driver_entry_point.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/ipc_channel.hpp"
+#include "cudapmr/multiprocess/ipc_channel.hpp"
 
 #include <fmt/format.h>
 

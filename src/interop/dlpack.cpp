@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cudapmr/dlpack.hpp"
+#include "cudapmr/interop/dlpack.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): issue 4's programs
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): the adaptors' programs
 # on the GPU. `replay --record` runs a 16-thread workload on device memory
 # through a logging_adaptor; `replay` plays that log back against device,
 # pinned, managed and host memory (checking every free with --track) and must

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): processes that end
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): processes that end
 # with memory still pooled, cached, or held by buffers whose stream or resource
-# is gone (issue 5, test/reliability/lifetime_exit.cpp): each must exit with
+# is gone (test/reliability/lifetime_exit.cpp): each must exit with
 # status 0; "gpu-pooled" reports its one abandoned buffer on stderr.
 lifetime_binary=$build/test/reliability/cudapmr_lifetime_exit
 for lifetime_scenario in host-static gpu-pooled gpu-exit gpu-staging-at-exit; do

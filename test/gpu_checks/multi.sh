@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Multi-GPU and multi-process checks (issue 7), sourced by test/run_gpu_suite.sh
+# Multi-GPU and multi-process checks, sourced by test/run_gpu_check.sh
 # with $build and $out set, from the repository root; reports with `verdict`.
 #  1. cudapmr_multiprocess_tests: IPC between two processes on one GPU, the
 #     socket helper, NCCL communicators and registration (kept out of the

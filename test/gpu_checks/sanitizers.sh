@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): compute-sanitizer's
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): compute-sanitizer's
 # memcheck, racecheck, initcheck and synccheck over the suite, the demo and a
 # short stress run (test/run_sanitizers.sh), one verdict per tool. Set
 # CUDAPMR_SKIP_SANITIZERS=1 to leave them to a call of their own

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): the full stress run
-# (issue 5): 10^6 random operations by 16 threads over 4 streams across every
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): the full stress run:
+# 10^6 random operations by 16 threads over 4 streams across every
 # resource and adaptor stack; it prints its totals and operations per second.
 stress_binary=$build/apps/stress/cudapmr_stress
 if [[ -x $stress_binary ]]; then

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by test/run_gpu_suite.sh ($build, $out, verdict): a short run of each
-# kind of transfer benchmark (issue 3: pageable staging, pinned copies, the
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): a short run of each
+# kind of transfer benchmark (pageable staging, pinned copies, the
 # kernel, managed prefetch), so that a broken one shows before the full
 # benchmark run. Rates are logged, never judged.
 transfers_bench=$build/apps/bench/cudapmr_bench

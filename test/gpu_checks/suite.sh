@@ -1,0 +1,6 @@
+# SPDX-License-Identifier: Apache-2.0
+# Sourced by test/run_gpu_check.sh ($build, $out, verdict): the GoogleTest
+# suite, whole, on the GPU.
+"$build/test/cudapmr_tests" --gtest_brief=1 >"$out/tests.log" 2>&1
+rc=$?
+verdict "tests" 0 $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"

@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
+#include <cudapmr/version.hpp>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bench {
@@ -88,6 +90,11 @@ class summarizing_reporter final : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Google Benchmark parses the rest of the command line (--benchmark_filter=...).
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    fmt::print("cudapmr_bench (cudapmr {})\n", cudapmr::version_string());
+    return 0;
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     fmt::print(stderr, "cudapmr_bench: no CUDA device was found\n");

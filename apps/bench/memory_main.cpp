@@ -10,7 +10,8 @@
 // default one recorded at start from replay's 16-thread workload) with a
 // thread per logged thread and a stream per logged stream.
 //
-//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD]
+//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD] [--version]
+#include "command_line.hpp"
 #include "peer_allocators.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
 #include "rmm_peers.hpp"
@@ -351,22 +352,19 @@ int main(int argc, char** argv) {
   std::string timeline_path = "memory_timeline.csv";
   std::string only;
   std::string trace_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string argument = argv[i];
-    if (argument == "--repetitions" && i + 1 < argc) repetitions = std::atoi(argv[++i]);
-    else if (argument == "--timeline" && i + 1 < argc) timeline_path = argv[++i];
-    else if (argument == "--only" && i + 1 < argc) only = argv[++i];
-    else if (argument == "--trace" && i + 1 < argc) trace_path = argv[++i];
-    else {
-      fmt::print(stderr,
-                 "usage: cudapmr_memory_bench [--repetitions N] [--timeline FILE] [--trace FILE] [--only WORKLOAD]\n");
-      return 2;
-    }
-  }
-  if (repetitions < 1) {
-    fmt::print(stderr, "cudapmr_memory_bench: --repetitions must be at least 1\n");
-    return 2;
-  }
+  CLI::App app(
+      "Time and memory side by side: each workload over each device allocator, made fresh for every repetition; "
+      "the device memory it lost over the live peak, medians of the repetitions.",
+      "cudapmr_memory_bench");
+  cudapmr::apps::add_version(app);
+  cudapmr::apps::add_integer(app, "--repetitions", repetitions, 1, 1000,
+                             "runs of each workload over each allocator (default 3)");
+  app.add_option("--timeline", timeline_path, "the CSV of device memory over time (default memory_timeline.csv)")
+      ->type_name("FILE");
+  app.add_option("--trace", trace_path, "a logging_adaptor log to replay (default: replay's 16-thread workload)")
+      ->type_name("FILE");
+  app.add_option("--only", only, "run only the workloads whose name contains this")->type_name("WORKLOAD");
+  cudapmr::apps::parse_or_exit(app, argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     fmt::print(stderr, "cudapmr_memory_bench: no CUDA device was found\n");

@@ -6,6 +6,7 @@
 // Exit status: 0 every value correct; 1 a wrong value; 2 unusable arguments,
 // no usable device, or a CUDA or NCCL failure, with a one-line reason.
 #include "all_reduce.hpp"
+#include "command_line.hpp"
 #include "launcher.hpp"
 
 #include <cudapmr/device.hpp>
@@ -26,31 +27,6 @@
 
 namespace {
 
-constexpr const char* usage = R"(usage: collective [--mode one-process|process-per-gpu] [--gpus N] [OPTIONS]
-       collective --rank R --ranks N [--device D] [OPTIONS]
-
-An all-reduce (sum) of floats over NCCL on every visible GPU (or the first N),
-checked against exact expected values, timed per size the way nccl-tests does
-(algbw = bytes / time, busbw = algbw * 2(n-1)/n).
-
-  --mode one-process       one process drives every GPU (ncclCommInitAll); the default
-  --mode process-per-gpu   one process per GPU; rank 0's NCCL unique id reaches the
-                           others over a Unix socket in a private directory
-  --rank R --ranks N       run as rank R of a job of N ranks started elsewhere (one per
-                           GPU, on any number of nodes); every rank needs
-                           NCCL_COMM_ID=host:port, the address where rank 0 listens
-  --device D               the GPU of this rank (default: R modulo the visible GPUs)
-OPTIONS
-  --min-bytes B            smallest size (default 1M; suffixes K, M, G are powers of 1024)
-  --max-bytes B            largest size (default 1G); sizes double from the smallest
-  --iterations N           timed all-reduces per size (default 20)
-  --warmup N               untimed all-reduces before them (default 5)
-  --resource nccl|device   buffers from nccl_memory_resource (default) or the device's default pool
-  --no-register            do not register the buffers with the communicator
-
-Exit status: 0 every value correct; 1 a wrong value; 2 unusable arguments or a failure.
-)";
-
 enum class mode_kind { one_process, process_per_gpu, rank };
 
 struct options {
@@ -61,93 +37,79 @@ struct options {
   int ranks = 0;
   std::optional<int> device;
   std::string launcher_socket;  // set by the process-per-gpu launcher for its ranks
-  bool help = false;
 };
 
-/// An argument the program cannot use: exit status 2 with this message.
-class usage_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using cudapmr::apps::usage_error;
 
-long long parse_integer(std::string_view option, const std::string& text, long long low, long long high) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || value < low || value > high)
-    throw usage_error(fmt::format("{} takes an integer from {} to {}, not '{}'", option, low, high, text));
-  return value;
-}
-
-std::size_t parse_bytes(std::string_view option, const std::string& text) {
-  std::string digits = text;
-  std::size_t unit = 1;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'K': case 'k': unit = std::size_t{1} << 10; break;
-      case 'M': case 'm': unit = std::size_t{1} << 20; break;
-      case 'G': case 'g': unit = std::size_t{1} << 30; break;
-      default: break;
-    }
-    if (unit != 1) digits.pop_back();
-  }
-  constexpr long long most = 1LL << 40;
-  const auto value = static_cast<std::size_t>(parse_integer(option, digits, 1, most / static_cast<long long>(unit))) * unit;
+/// A size for --min-bytes or --max-bytes: a whole number of floats, up to 1 TiB.
+std::size_t parse_float_bytes(std::string_view option, const std::string& text) {
+  const std::size_t value = cudapmr::apps::parse_size(option, text, sizeof(float), std::size_t{1} << 40);
   if (value % sizeof(float) != 0)
     throw usage_error(fmt::format("{} {} is not a whole number of floats (4 bytes each)", option, text));
   return value;
 }
 
-options parse(const std::vector<std::string>& arguments) {
+/// The options, or exit status 2 and one line for an unusable argument.
+options parse(int argc, char** argv) {
+  using cudapmr::apps::parse_integer;
   options parsed;
   bool mode_given = false;
-  for (std::size_t i = 0; i < arguments.size(); ++i) {
-    const std::string& option = arguments[i];
-    if (option == "--help" || option == "-h") {
-      parsed.help = true;
-      continue;
-    }
-    if (option == "--no-register") {
-      parsed.settings.register_buffers = false;
-      continue;
-    }
-    if (i + 1 >= arguments.size()) throw usage_error(fmt::format("unknown option or missing value: {}", option));
-    const std::string& value = arguments[++i];
-    if (option == "--mode") {
-      if (value == "one-process") parsed.mode = mode_kind::one_process;
-      else if (value == "process-per-gpu") parsed.mode = mode_kind::process_per_gpu;
-      else throw usage_error(fmt::format("--mode takes one-process or process-per-gpu, not '{}'", value));
-      mode_given = true;
-    } else if (option == "--gpus") {
-      parsed.gpus = static_cast<int>(parse_integer(option, value, 1, 1 << 16));
-    } else if (option == "--min-bytes") {
-      parsed.settings.min_bytes = parse_bytes(option, value);
-    } else if (option == "--max-bytes") {
-      parsed.settings.max_bytes = parse_bytes(option, value);
-    } else if (option == "--iterations") {
-      parsed.settings.iterations = static_cast<int>(parse_integer(option, value, 1, 1 << 20));
-    } else if (option == "--warmup") {
-      parsed.settings.warmup = static_cast<int>(parse_integer(option, value, 0, 1 << 20));
-    } else if (option == "--resource") {
-      if (value == "nccl") parsed.settings.source = collective::buffer_source::nccl;
-      else if (value == "device") parsed.settings.source = collective::buffer_source::device;
-      else throw usage_error(fmt::format("--resource takes nccl or device, not '{}'", value));
-    } else if (option == "--rank") {
-      parsed.rank = static_cast<int>(parse_integer(option, value, 0, 1 << 20));
-    } else if (option == "--ranks") {
-      parsed.ranks = static_cast<int>(parse_integer(option, value, 1, 1 << 20));
-    } else if (option == "--device") {
-      parsed.device = static_cast<int>(parse_integer(option, value, 0, 1 << 16));
-    } else if (option == "--launcher-socket") {
-      parsed.launcher_socket = value;
-    } else {
-      throw usage_error(fmt::format("unknown option: {}", option));
-    }
-  }
+  CLI::App app(
+      "An all-reduce (sum) of floats over NCCL on every visible GPU (or the first N), checked against exact "
+      "expected values, timed per size the way nccl-tests does (algbw = bytes / time, busbw = algbw * 2(n-1)/n). "
+      "--rank R --ranks N runs as rank R of a job of N ranks started elsewhere (one per GPU, on any number of "
+      "nodes); every rank then needs NCCL_COMM_ID=host:port, the address where rank 0 listens.\nExit status: 0 "
+      "every value correct; 1 a wrong value; 2 unusable arguments or a failure.",
+      "collective");
+  cudapmr::apps::add_version(app);
+  const auto integer = [&app](const std::string& flag, auto&& store, int low, int high, const std::string& help) {
+    app.add_option_function<std::string>(
+           flag, [flag, store, low, high](const std::string& text) { store(parse_integer<int>(flag, text, low, high)); },
+           help)
+        ->type_name("N");
+  };
+  app.add_option_function<std::string>(
+         "--mode",
+         [&](const std::string& value) {
+           if (value == "one-process") parsed.mode = mode_kind::one_process;
+           else if (value == "process-per-gpu") parsed.mode = mode_kind::process_per_gpu;
+           else throw usage_error(fmt::format("--mode takes one-process or process-per-gpu, not '{}'", value));
+           mode_given = true;
+         },
+         "one-process: one process drives every GPU (ncclCommInitAll), the default; process-per-gpu: one process "
+         "per GPU, rank 0's NCCL unique id reaching the others over a Unix socket in a private directory")
+      ->type_name("MODE");
+  integer("--gpus", [&](int value) { parsed.gpus = value; }, 1, 1 << 16, "use the first N GPUs");
+  app.add_option_function<std::string>(
+         "--min-bytes", [&](const std::string& text) { parsed.settings.min_bytes = parse_float_bytes("--min-bytes", text); },
+         "smallest size (default 1MiB)")
+      ->type_name("SIZE");
+  app.add_option_function<std::string>(
+         "--max-bytes", [&](const std::string& text) { parsed.settings.max_bytes = parse_float_bytes("--max-bytes", text); },
+         "largest size (default 1GiB); sizes double from the smallest")
+      ->type_name("SIZE");
+  integer("--iterations", [&](int value) { parsed.settings.iterations = value; }, 1, 1 << 20,
+          "timed all-reduces per size (default 20)");
+  integer("--warmup", [&](int value) { parsed.settings.warmup = value; }, 0, 1 << 20,
+          "untimed all-reduces before them (default 5)");
+  app.add_option_function<std::string>(
+         "--resource",
+         [&](const std::string& value) {
+           if (value == "nccl") parsed.settings.source = collective::buffer_source::nccl;
+           else if (value == "device") parsed.settings.source = collective::buffer_source::device;
+           else throw usage_error(fmt::format("--resource takes nccl or device, not '{}'", value));
+         },
+         "buffers from nccl_memory_resource (default) or the device's default pool")
+      ->type_name("nccl|device");
+  app.add_flag_callback("--no-register", [&] { parsed.settings.register_buffers = false; },
+                        "do not register the buffers with the communicator");
+  integer("--rank", [&](int value) { parsed.rank = value; }, 0, 1 << 20, "run as rank R of --ranks");
+  integer("--ranks", [&](int value) { parsed.ranks = value; }, 1, 1 << 20, "the job's ranks");
+  integer("--device", [&](int value) { parsed.device = value; }, 0, 1 << 16,
+          "the GPU of this rank (default: R modulo the visible GPUs)");
+  app.add_option("--launcher-socket", parsed.launcher_socket, "set by the process-per-gpu launcher for its ranks")
+      ->group("");  // internal: not in --help
+  cudapmr::apps::parse_or_exit(app, argc, argv);
   if (parsed.settings.min_bytes > parsed.settings.max_bytes)
     throw usage_error(fmt::format("--min-bytes {} exceeds --max-bytes {}", parsed.settings.min_bytes,
                                   parsed.settings.max_bytes));
@@ -243,11 +205,7 @@ int run_rank(const options& chosen) {
 
 int main(int argc, char** argv) {
   try {
-    const options chosen = parse(std::vector<std::string>(argv + 1, argv + argc));
-    if (chosen.help) {
-      fmt::print("{}", usage);
-      return 0;
-    }
+    const options chosen = parse(argc, argv);
     switch (chosen.mode) {
       case mode_kind::one_process: return run_one_process(chosen);
       case mode_kind::process_per_gpu: {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // memory_resources: the C++ counterpart of cuda.core's memoryResources sample.
 // Runs scale_and_bias over device, pinned and managed memory and checks every element.
+#include "command_line.hpp"
 #include "scale_and_bias.hpp"
 #include "usage_report.hpp"
 
@@ -8,11 +9,9 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
@@ -23,68 +22,47 @@ constexpr int exit_passed = 0;
 constexpr int exit_check_failed = 1;
 constexpr int exit_unusable = 2;
 
-constexpr std::string_view usage = R"(usage: memory_resources [--elements N] [--device D] [--report] [--help]
-
-Runs scale_and_bias over buffers from cudapmr's device, pinned and managed
-memory resources and checks every result on the host.
-
-  --elements N  number of floats per buffer (default 65536, at least 1)
-  --device D    CUDA device ordinal (default 0)
-  --report      after the sections, print each resource's peak and current
-                usage and its pool's reserve
-  --help        print this text
-
-Exit status: 0 all checks passed, 1 a check failed, 2 unusable arguments or no usable device.
-)";
-
 struct options {
   std::size_t elements = 65536;
   int device = 0;
   bool report = false;
 };
 
-/// Arguments that cannot be used; the message is printed as is.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using cudapmr::apps::usage_error;
 
 /// A result that differs from the expected value.
 struct check_failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-template <class Integer>
-Integer parse_integer(std::string_view flag, std::string_view text) {
-  Integer value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error == std::errc::result_out_of_range)
-    throw usage_error(fmt::format("{} {}: out of range", flag, text));
-  if (error != std::errc{} || end != text.data() + text.size())
-    throw usage_error(fmt::format("{} {}: not a {}integer", flag, text, std::is_signed_v<Integer> ? "" : "non-negative "));
-  return value;
-}
-
-/// Returns nullopt when --help was asked for.
-std::optional<options> parse_arguments(int argc, char** argv) {
+/// The options, or exit status 2 and one line for an unusable argument.
+options parse_arguments(int argc, char** argv) {
   options parsed;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") return std::nullopt;
-    if (flag == "--report") {
-      parsed.report = true;
-      continue;
-    }
-    if (flag != "--elements" && flag != "--device") throw usage_error(fmt::format("unknown argument {}", flag));
-    if (i + 1 >= argc) throw usage_error(fmt::format("{} needs a value", flag));
-    const std::string_view value = argv[++i];
-    if (flag == "--elements") {
-      parsed.elements = parse_integer<std::size_t>(flag, value);
-      if (parsed.elements == 0) throw usage_error("--elements 0: need at least one element");
-    } else {
-      parsed.device = parse_integer<int>(flag, value);
-      if (parsed.device < 0) throw usage_error(fmt::format("--device {}: a device ordinal is never negative", value));
-    }
-  }
+  CLI::App app(
+      "Runs scale_and_bias over buffers from cudapmr's device, pinned and managed memory resources and checks every "
+      "result on the host.\nExit status: 0 all checks passed, 1 a check failed, 2 unusable arguments or no usable "
+      "device.",
+      "memory_resources");
+  cudapmr::apps::add_version(app);
+  app.add_option_function<std::string>(
+      "--elements",
+      [&](const std::string& text) {
+        parsed.elements = cudapmr::apps::parse_integer<std::size_t>("--elements", text);
+        if (parsed.elements == 0) throw usage_error("--elements 0: need at least one element");
+      },
+      "number of floats per buffer (default 65536, at least 1)")
+      ->type_name("N");
+  app.add_option_function<std::string>(
+      "--device",
+      [&](const std::string& text) {
+        parsed.device = cudapmr::apps::parse_integer<int>("--device", text);
+        if (parsed.device < 0) throw usage_error(fmt::format("--device {}: a device ordinal is never negative", text));
+      },
+      "CUDA device ordinal (default 0)")
+      ->type_name("D");
+  app.add_flag("--report", parsed.report,
+               "after the sections, print each resource's peak and current usage and its pool's reserve");
+  cudapmr::apps::parse_or_exit(app, argc, argv);
   return parsed;
 }
 
@@ -212,12 +190,7 @@ void report(const char* kind, const char* message) {
 
 int main(int argc, char** argv) {
   try {
-    const std::optional<options> chosen = parse_arguments(argc, argv);
-    if (!chosen) {
-      fmt::print("{}", usage);
-      return exit_passed;
-    }
-    return run(*chosen);
+    return run(parse_arguments(argc, argv));
   } catch (const usage_error& error) {
     report("", error.what());
     return exit_unusable;

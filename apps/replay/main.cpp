@@ -2,6 +2,7 @@
 // replay: plays a logging_adaptor log back against a cudapmr resource, threads
 // and order preserved, and prints the peak usage, the time and the failures;
 // with --record, writes such a log of a synthetic multi-threaded workload.
+#include "command_line.hpp"
 #include "replay.hpp"
 
 #include <cudapmr/cudapmr.hpp>
@@ -13,6 +14,8 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -26,27 +29,6 @@ constexpr int exit_replayed = 0;
 constexpr int exit_refusals = 1;
 constexpr int exit_unusable = 2;
 
-constexpr std::string_view usage = R"(usage: replay LOG [--resource KIND] [--device D] [--limit BYTES] [--track]
-       replay --record LOG [--resource KIND] [--device D] [--threads N] [--allocations N] [--max-bytes BYTES] [--seed N]
-
-Replays a cudapmr logging_adaptor log (CSV) against a fresh resource: one
-thread per logged thread, every event in the log's order, one stream per
-logged stream. Prints the peak usage (and the log's own peak), the pool's
-reserve, the time and the refused allocations.
-
-  --resource KIND  device, pinned, managed or host (default device); the CUDA
-                   kinds use a new pool of their own
-  --device D       CUDA device ordinal (default 0)
-  --limit BYTES    cap the resource with a limiting_adaptor (suffixes KiB, MiB, GiB)
-  --track          check every free with a tracking_adaptor and count bad ones
-  --record LOG     instead, run a synthetic workload through a logging_adaptor into LOG
-  --threads N, --allocations N (per thread), --max-bytes BYTES, --seed N
-                   the workload (defaults 16, 1000, 1MiB, 1)
-
-Exit status: 0 replayed (or recorded) with no refused allocation, 1 some
-allocations were refused, 2 unusable arguments, log or device.
-)";
-
 enum class resource_kind { device, pinned, managed, host };
 
 struct options {
@@ -59,29 +41,7 @@ struct options {
   replay::workload_options workload;
 };
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// A count with an optional binary suffix: "4096", "64KiB", "1GiB".
-std::size_t parse_count(std::string_view flag, std::string_view text) {
-  constexpr std::array<std::pair<std::string_view, std::size_t>, 3> suffixes{
-      {{"KiB", std::size_t{1} << 10}, {"MiB", std::size_t{1} << 20}, {"GiB", std::size_t{1} << 30}}};
-  std::size_t scale = 1;
-  std::string_view digits = text;
-  for (const auto& [suffix, factor] : suffixes) {
-    if (digits.ends_with(suffix)) {
-      digits.remove_suffix(suffix.size());
-      scale = factor;
-    }
-  }
-  std::size_t value = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (error != std::errc{} || end != digits.data() + digits.size() || digits.empty())
-    throw usage_error(fmt::format("{} {}: not a non-negative integer (with an optional KiB, MiB or GiB)", flag, text));
-  if (value > std::numeric_limits<std::size_t>::max() / scale) throw usage_error(fmt::format("{} {}: out of range", flag, text));
-  return value * scale;
-}
+using cudapmr::apps::usage_error;
 
 resource_kind parse_kind(std::string_view text) {
   if (text == "device") return resource_kind::device;
@@ -91,49 +51,44 @@ resource_kind parse_kind(std::string_view text) {
   throw usage_error(fmt::format("--resource {}: expected device, pinned, managed or host", text));
 }
 
-/// Returns nullopt when --help was asked for.
-std::optional<options> parse_arguments(int argc, char** argv) {
+/// The options, or exit status 2 and one line for an unusable argument.
+options parse_arguments(int argc, char** argv) {
+  using cudapmr::apps::add_integer;
+  using cudapmr::apps::add_size;
+  constexpr auto most = std::numeric_limits<std::size_t>::max();
   options parsed;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "--help" || flag == "-h") return std::nullopt;
-    if (flag == "--track") {
-      parsed.track = true;
-      continue;
-    }
-    if (!flag.starts_with("--")) {
-      if (!parsed.log.empty()) throw usage_error(fmt::format("a second log {}", flag));
-      parsed.log = flag;
-      continue;
-    }
-    if (i + 1 >= argc) throw usage_error(fmt::format("{} needs a value", flag));
-    const std::string_view value = argv[++i];
-    if (flag == "--record") {
-      parsed.record = true;
-      parsed.log = value;
-    } else if (flag == "--resource") {
-      parsed.kind = parse_kind(value);
-    } else if (flag == "--device") {
-      const std::size_t device = parse_count(flag, value);
-      if (device > 1024) throw usage_error(fmt::format("--device {}: no such device ordinal", value));
-      parsed.device = static_cast<int>(device);
-    } else if (flag == "--limit") {
-      parsed.limit = parse_count(flag, value);
-    } else if (flag == "--threads") {
-      parsed.workload.threads = parse_count(flag, value);
-    } else if (flag == "--allocations") {
-      parsed.workload.allocations_per_thread = parse_count(flag, value);
-    } else if (flag == "--max-bytes") {
-      parsed.workload.max_bytes = parse_count(flag, value);
-    } else if (flag == "--seed") {
-      parsed.workload.seed = parse_count(flag, value);
-    } else {
-      throw usage_error(fmt::format("unknown argument {}", flag));
-    }
+  CLI::App app(
+      "Replays a cudapmr logging_adaptor log (CSV) against a fresh resource: one thread per logged thread, every "
+      "event in the log's order, one stream per logged stream. Prints the peak usage (and the log's own peak), the "
+      "pool's reserve, the time and the refused allocations. With --record, runs a synthetic workload through a "
+      "logging_adaptor into LOG instead.\nExit status: 0 replayed (or recorded) with no refused allocation, 1 some "
+      "allocations were refused, 2 unusable arguments, log or device.",
+      "replay");
+  cudapmr::apps::add_version(app);
+  app.add_option("LOG", parsed.log, "the log to replay")->type_name("LOG");
+  app.add_option_function<std::string>(
+         "--record", [&](const std::string& text) { parsed.record = true; parsed.log = text; },
+         "run the synthetic workload through a logging_adaptor into LOG")
+      ->type_name("LOG");
+  app.add_option_function<std::string>(
+         "--resource", [&](const std::string& text) { parsed.kind = parse_kind(text); },
+         "device, pinned, managed or host (default device); the CUDA kinds use a new pool of their own")
+      ->type_name("KIND");
+  add_integer(app, "--device", parsed.device, 0, 1024, "CUDA device ordinal (default 0)")->type_name("D");
+  add_size(app, "--limit", parsed.limit, 0, most, "cap the resource with a limiting_adaptor");
+  app.add_flag("--track", parsed.track, "check every free with a tracking_adaptor and count bad ones");
+  add_integer(app, "--threads", parsed.workload.threads, std::size_t{1}, std::size_t{4096},
+              "the workload's threads (default 16)");
+  add_integer(app, "--allocations", parsed.workload.allocations_per_thread, std::size_t{0}, most,
+              "the workload's allocations per thread (default 1000)");
+  add_size(app, "--max-bytes", parsed.workload.max_bytes, 1, most, "the workload's largest allocation (default 1MiB)");
+  add_integer(app, "--seed", parsed.workload.seed, std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max(),
+              "the workload's random seed (default 1)");
+  cudapmr::apps::parse_or_exit(app, argc, argv);
+  if (parsed.log.empty()) {
+    std::fprintf(stderr, "replay: no log given (--help for usage)\n");
+    std::exit(exit_unusable);
   }
-  if (parsed.log.empty()) throw usage_error("no log given");
-  if (parsed.workload.threads == 0 || parsed.workload.max_bytes == 0)
-    throw usage_error("--threads and --max-bytes need at least 1");
   return parsed;
 }
 
@@ -232,12 +187,8 @@ void report(const char* message) {
 
 int main(int argc, char** argv) {
   try {
-    const std::optional<options> chosen = parse_arguments(argc, argv);
-    if (!chosen) {
-      fmt::print("{}", usage);
-      return exit_replayed;
-    }
-    return chosen->record ? record(*chosen) : replay_log(*chosen);
+    const options chosen = parse_arguments(argc, argv);
+    return chosen.record ? record(chosen) : replay_log(chosen);
   } catch (const cudapmr::out_of_memory& error) {
     report(error.what());
     return exit_refusals;

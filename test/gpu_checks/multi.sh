@@ -59,7 +59,7 @@ multi_comm_id=127.0.0.1:$((20000 + RANDOM % 20000))
 multi_pids=()
 for ((multi_rank = 0; multi_rank < multi_gpus; multi_rank++)); do
   NCCL_COMM_ID=$multi_comm_id multi_run "$multi_collective" --rank "$multi_rank" --ranks "$multi_gpus" \
-    --max-bytes 64M >"$out/collective-rank$multi_rank.log" 2>&1 &
+    --max-bytes 64MiB >"$out/collective-rank$multi_rank.log" 2>&1 &
   multi_pids+=($!)
 done
 multi_rc=0

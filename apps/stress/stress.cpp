@@ -1,14 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stress.hpp"
 
+#include "adaptor_stack.hpp"
 #include "kernels.hpp"
 
-#include <cudapmr/adaptors/caching_resource.hpp>
-#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
-#include <cudapmr/adaptors/limiting_adaptor.hpp>
-#include <cudapmr/adaptors/logging_adaptor.hpp>
-#include <cudapmr/adaptors/statistics_adaptor.hpp>
-#include <cudapmr/adaptors/tracking_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
 #include <fmt/format.h>
@@ -108,6 +103,7 @@ class environment {
   }
   /// Adaptors before what they stand on.
   ~environment() {
+    stacks_.clear();
     while (!resources_.empty()) resources_.pop_back();
   }
   environment(const environment&) = delete;
@@ -150,20 +146,20 @@ class environment {
     target& stacked = add_target(kind + "+adaptors");
     stacked.log_lines = std::make_unique<line_counter>();
     stacked.log = std::make_unique<std::ostream>(stacked.log_lines.get());
-    auto& caching = own<cudapmr::caching_resource>(bottom);
-    auto& callback = own<cudapmr::failure_callback_adaptor>(caching, [&stacked](const cudapmr::allocation_failure&) {
-      stacked.callbacks.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    });
-    auto& logging = own<cudapmr::logging_adaptor>(callback, *stacked.log);
-    auto& limiting = own<cudapmr::limiting_adaptor>(logging, cap_);
-    auto& statistics = own<cudapmr::statistics_adaptor>(limiting);
-    auto& tracking = own<cudapmr::tracking_adaptor>(
-        statistics, cudapmr::tracking_options{.on_misuse = [&stacked](const cudapmr::misuse_report&) {
-          stacked.misuses.fetch_add(1, std::memory_order_relaxed);
-        }});
-    stacked.resource = &tracking;
-    stacked.layers = {&tracking, &statistics, &limiting, &logging, &callback, &caching};
+    auto& layers = *stacks_.emplace_back(std::make_unique<cudapmr::apps::adaptor_stack>(
+        bottom, cudapmr::apps::adaptor_stack_options{
+                    .cap = cap_,
+                    .log = stacked.log.get(),
+                    .on_failure =
+                        [&stacked](const cudapmr::allocation_failure&) {
+                          stacked.callbacks.fetch_add(1, std::memory_order_relaxed);
+                          return false;
+                        },
+                    .tracking = cudapmr::tracking_options{.on_misuse = [&stacked](const cudapmr::misuse_report&) {
+                      stacked.misuses.fetch_add(1, std::memory_order_relaxed);
+                    }}}));
+    stacked.resource = &layers.top();
+    stacked.layers = layers.layers();
   }
 
   target& add_target(std::string name) {
@@ -224,6 +220,7 @@ class environment {
   std::vector<std::unique_ptr<target>> targets_;  // outlive the resources: they hold the logging sinks
   std::vector<stream_ordered_resource*> bottoms_;
   std::vector<std::unique_ptr<stream_ordered_resource>> resources_;  // in construction order
+  std::vector<std::unique_ptr<cudapmr::apps::adaptor_stack>> stacks_;  // over resources_
 };
 
 /// One live allocation of a worker.

@@ -2,6 +2,8 @@
 // The adaptors stack in any order and serve std::pmr containers like any resource.
 #include "support/resource_cases.hpp"
 
+#include "adaptor_stack.hpp"
+
 #include <gtest/gtest.h>
 
 #include <memory_resource>
@@ -14,41 +16,25 @@
 namespace cudapmr::test {
 namespace {
 
-/// Every adaptor, over `upstream`, in the order given by `order` (bottom first).
-class adaptor_stack {
- public:
-  adaptor_stack(stream_ordered_resource& upstream, const std::string& order) : top_(&upstream) {
-    for (const char layer : order) {
-      switch (layer) {
-        case 's': top_ = &statistics_.emplace(*top_); break;
-        case 't': top_ = &tracking_.emplace(*top_, tracking_options{.on_misuse = [this](const misuse_report&) { ++misuses_; }}); break;
-        case 'l': top_ = &limiting_.emplace(*top_, cap); break;
-        case 'g': top_ = &logging_.emplace(*top_, log_); break;
-        case 'f':
-          top_ = &failure_.emplace(*top_, [this](const allocation_failure&) {
-            ++failures_;
-            return false;
-          });
-          break;
-        default: ADD_FAILURE() << "unknown layer " << layer;
-      }
-    }
-  }
+/// Every adaptor over `upstream` in the order the test names (bottom first),
+/// counting the callbacks' calls.
+struct counted_stack {
+  counted_stack(stream_ordered_resource& upstream, const std::string& order)
+      : stack(upstream, apps::adaptor_stack_options{
+                            .order = order,
+                            .cap = cap,
+                            .log = &log,
+                            .on_failure = [this](const allocation_failure&) {
+                              ++failures;
+                              return false;
+                            },
+                            .tracking = tracking_options{.on_misuse = [this](const misuse_report&) { ++misuses; }}}) {}
 
   static constexpr std::size_t cap = 1 << 20;
-  stream_ordered_resource& top() { return *top_; }
-
-  std::ostringstream log_;
-  std::optional<statistics_adaptor> statistics_;
-  std::optional<tracking_adaptor> tracking_;
-  std::optional<limiting_adaptor> limiting_;
-  std::optional<logging_adaptor> logging_;
-  std::optional<failure_callback_adaptor> failure_;
-  int misuses_ = 0;
-  int failures_ = 0;
-
- private:
-  stream_ordered_resource* top_;
+  std::ostringstream log;
+  int misuses = 0;
+  int failures = 0;
+  apps::adaptor_stack stack;
 };
 
 class AdaptorStack : public ::testing::TestWithParam<std::string> {};
@@ -56,24 +42,25 @@ class AdaptorStack : public ::testing::TestWithParam<std::string> {};
 TEST_P(AdaptorStack, EveryLayerSeesTheSameEvents) {
   host_memory_resource upstream;
   {
-    adaptor_stack stack(upstream, GetParam());
+    counted_stack counted(upstream, GetParam());
+    apps::adaptor_stack& stack = counted.stack;
     {
       std::pmr::vector<int> values(1000, &stack.top());
       std::iota(values.begin(), values.end(), 0);
       EXPECT_EQ(std::accumulate(values.begin(), values.end(), 0), 999 * 1000 / 2);
-      EXPECT_EQ(stack.statistics_->statistics().bytes.current, static_cast<std::int64_t>(1000 * sizeof(int)));
-      EXPECT_EQ(stack.tracking_->outstanding_count(), 1u);
-      EXPECT_EQ(stack.limiting_->used_bytes(), 1000 * sizeof(int));
+      EXPECT_EQ(stack.statistics().statistics().bytes.current, static_cast<std::int64_t>(1000 * sizeof(int)));
+      EXPECT_EQ(stack.tracking().outstanding_count(), 1u);
+      EXPECT_EQ(stack.limiting().used_bytes(), 1000 * sizeof(int));
     }
-    EXPECT_THROW(static_cast<void>(stack.top().allocate(adaptor_stack::cap + 1)), std::bad_alloc);
-    EXPECT_EQ(stack.failures_, 1) << "the limit's refusal reaches the callback wherever it sits";
+    EXPECT_THROW(static_cast<void>(stack.top().allocate(counted_stack::cap + 1)), std::bad_alloc);
+    EXPECT_EQ(counted.failures, 1) << "the limit's refusal reaches the callback wherever it sits";
 
     void* p = stack.top().allocate_async(64, stream_ref{});
     stack.top().deallocate_async(p, 64, stream_ref{});
     stack.top().deallocate_async(p, 64, stream_ref{});  // a double free, caught by the tracker
-    EXPECT_EQ(stack.misuses_, 1);
-    EXPECT_EQ(stack.statistics_->statistics().bytes.current, 0);
-    EXPECT_EQ(stack.limiting_->used_bytes(), 0u);
+    EXPECT_EQ(counted.misuses, 1);
+    EXPECT_EQ(stack.statistics().statistics().bytes.current, 0);
+    EXPECT_EQ(stack.limiting().used_bytes(), 0u);
     EXPECT_NE(stack.top().description().find("host_memory_resource"), std::string::npos);
   }
   EXPECT_EQ(upstream.used_bytes(), 0u);

@@ -4,12 +4,8 @@
 // no two live blocks overlap, that contents survive, and that every counter
 // agrees with what is live; at the end everything is freed and every counter
 // is back to zero. A broken invariant aborts, which the fuzzer reports.
-#include <cudapmr/adaptors/caching_resource.hpp>
-#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
-#include <cudapmr/adaptors/limiting_adaptor.hpp>
-#include <cudapmr/adaptors/logging_adaptor.hpp>
-#include <cudapmr/adaptors/statistics_adaptor.hpp>
-#include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include "adaptor_stack.hpp"
+
 #include <cudapmr/host_memory_resource.hpp>
 
 #include <algorithm>
@@ -85,16 +81,14 @@ void check_content(const block& b, std::size_t bytes) {
 class stack {
  public:
   stack()
-      : caching_(host_),
-        callback_(caching_, [](const allocation_failure& failure) { return failure.attempt < 2; }),
-        logging_(callback_, log_),
-        limiting_(logging_, cap),
-        statistics_(limiting_),
-        tracking_(statistics_, tracking_options{.freed_history = 64, .on_misuse = [this](const misuse_report&) {
-                                                  ++misuses_;
-                                                }}) {}
+      : layers_(host_, apps::adaptor_stack_options{
+                           .cap = cap,
+                           .log = &log_,
+                           .on_failure = [](const allocation_failure& failure) { return failure.attempt < 2; },
+                           .tracking = tracking_options{.freed_history = 64,
+                                                        .on_misuse = [this](const misuse_report&) { ++misuses_; }}}) {}
 
-  stream_ordered_resource& top() { return tracking_; }
+  stream_ordered_resource& top() { return layers_.top(); }
 
   void allocate(input& in) {
     const std::size_t bytes = in.byte() % 4 == 0 ? cap + 1 + in.below(64) : in.below(4096);  // past the cap, or small
@@ -174,17 +168,17 @@ class stack {
     require_equal(misuses_, misuses + 1, "the tracker's reports of a bad free");
   }
 
-  void release_cache() { caching_.release(); }
+  void release_cache() { layers_.caching().release(); }
 
   /// What every layer counts must match what is live.
   void check_counters() {
-    require_equal(tracking_.outstanding_count(), live_.size(), "tracking_adaptor outstanding_count");
-    require_equal(tracking_.outstanding_bytes(), live_bytes_, "tracking_adaptor outstanding_bytes");
-    const resource_statistics counted = statistics_.statistics();
+    require_equal(layers_.tracking().outstanding_count(), live_.size(), "tracking_adaptor outstanding_count");
+    require_equal(layers_.tracking().outstanding_bytes(), live_bytes_, "tracking_adaptor outstanding_bytes");
+    const resource_statistics counted = layers_.statistics().statistics();
     require_equal(static_cast<std::size_t>(counted.bytes.current), live_bytes_, "statistics_adaptor bytes");
     require_equal(static_cast<std::size_t>(counted.allocations.current), live_.size(), "statistics_adaptor allocations");
-    require_equal(limiting_.used_bytes(), live_bytes_, "limiting_adaptor used_bytes");
-    const cache_statistics cached = caching_.statistics();
+    require_equal(layers_.limiting().used_bytes(), live_bytes_, "limiting_adaptor used_bytes");
+    const cache_statistics cached = layers_.caching().statistics();
     require(host_.used_bytes() >= live_bytes_ + cached.cached_bytes, "host resource holds less than is live");
   }
 
@@ -198,8 +192,8 @@ class stack {
       release(freed, freed.through_pmr, freed.stream);
     }
     check_counters();
-    caching_.release();
-    require_equal(caching_.statistics().cached_bytes, 0, "caching_resource cached bytes after release");
+    layers_.caching().release();
+    require_equal(layers_.caching().statistics().cached_bytes, 0, "caching_resource cached bytes after release");
     require_equal(host_.used_bytes(), 0, "host resource used bytes at the end");
   }
 
@@ -223,14 +217,9 @@ class stack {
   }
 
   host_memory_resource host_;
-  caching_resource caching_;
-  failure_callback_adaptor callback_;
   std::ostream log_{nullptr};  // no buffer: the lines are formatted and dropped
-  logging_adaptor logging_;
-  limiting_adaptor limiting_;
-  statistics_adaptor statistics_;
   std::size_t misuses_ = 0;
-  tracking_adaptor tracking_;
+  apps::adaptor_stack layers_;
   std::map<std::uintptr_t, block> live_;
   std::size_t live_bytes_ = 0;
   void* last_freed_ = nullptr;

@@ -20,6 +20,7 @@ const std::error_category& cuda_category() noexcept;
 /// what was being done, CUDA's error name and text, and where.
 class cuda_error : public std::system_error {
  public:
+  /// \param error CUDA's answer.
   /// \param context what was asked ("cudaMemPoolCreate for device 0 at pool.cpp:42").
   cuda_error(cudaError_t error, std::string context);
 
@@ -31,6 +32,8 @@ class cuda_error : public std::system_error {
 /// the `std::pmr::memory_resource` contract requires.
 class out_of_memory : public std::bad_alloc {
  public:
+  /// \param bytes the size asked for.
+  /// \param alignment the alignment asked for.
   /// \param resource the resource that refused ("device_memory_resource (device 0)").
   /// \param reason why, usually CUDA's answer.
   out_of_memory(std::size_t bytes, std::size_t alignment, std::string resource, std::string reason);

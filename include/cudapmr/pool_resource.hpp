@@ -94,6 +94,9 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] std::string description() const final;
 
  protected:
+  /// \param kind the memory the pool holds.
+  /// \param device_id the device the pool belongs to (or prefers).
+  /// \param pool the CUDA pool, owned or not.
   /// \param name the concrete class, for messages.
   /// \param stream_device the device the bound stream is created on.
   pool_resource(memory_kind kind, int device_id, detail::pool_handle pool, const char* name, int stream_device);

@@ -57,6 +57,8 @@ struct plain_formatter {
 }  // namespace detail
 }  // namespace cudapmr
 
+/// \cond
+// fmt's formatters, specializations the API reference leaves out.
 template <>
 struct fmt::formatter<cudapmr::human_bytes> : cudapmr::detail::plain_formatter {
   template <class FormatContext>
@@ -130,3 +132,4 @@ struct fmt::formatter<cudapmr::buffer<T>> : cudapmr::detail::plain_formatter {
     return fmt::format_to(out, " on device {}", resource->device_id());
   }
 };
+/// \endcond

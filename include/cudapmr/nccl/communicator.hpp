@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// \file nccl_communicator.hpp
+/// \file nccl/communicator.hpp
 /// An owned NCCL communicator (part of cudapmr::nccl).
 
 #include <nccl.h>

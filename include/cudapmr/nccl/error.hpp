@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// \file nccl_error.hpp
+/// \file nccl/error.hpp
 /// Errors from NCCL calls (part of cudapmr::nccl, built where NCCL is found).
 
 #include <nccl.h>
@@ -19,6 +19,7 @@ const std::error_category& nccl_category() noexcept;
 /// which call, NCCL's answer, NCCL's last error text, and where.
 class nccl_error : public std::system_error {
  public:
+  /// \param result NCCL's answer.
   /// \param context what was asked ("ncclCommInitRank (rank 1 of 2, device 1) at collective.cpp:42").
   nccl_error(ncclResult_t result, const std::string& context);
 

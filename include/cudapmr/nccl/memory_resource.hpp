@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// \file nccl_memory_resource.hpp
+/// \file nccl/memory_resource.hpp
 /// Device memory from NCCL's allocator (part of cudapmr::nccl, built where NCCL is found).
 
 #include "cudapmr/stream.hpp"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// \file nccl_registration.hpp
+/// \file nccl/registration.hpp
 /// A buffer registered with an NCCL communicator (part of cudapmr::nccl).
 
 #include "cudapmr/buffer.hpp"

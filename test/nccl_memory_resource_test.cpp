@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What nccl_memory_resource adds to the shared contract (which runs over it
 // too), and NCCL's errors. Built where NCCL is found.
+#include "support/resource_contract.hpp"
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/nccl/error.hpp>
@@ -100,6 +101,10 @@ TEST(NcclMemoryResource, PeerDevicesReachItsMemory) {
   EXPECT_EQ(count_sequence_mismatches(words, count, 41, stream_0), 0u);
   resource.deallocate(words, count * sizeof(std::uint32_t));
 }
+
+// The shared contract, over NCCL's allocator.
+using nccl_cases = ::testing::Types<nccl_case>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(Nccl, nccl_cases, nccl_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -3,6 +3,7 @@
 // the budget, cold classes, capture, release, exhaustion, threads. Host tests
 // use the host resource with made-up stream handles (it ignores streams; the
 // cache keys on them) and a stand-in for CUDA's events where ordering matters.
+#include "support/resource_contract.hpp"
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
@@ -646,6 +647,11 @@ TEST(CachingResourceOnGpu, PmrPathOverEachKindIsReadyAtOnce) {
     EXPECT_EQ(cache.statistics().hits, 2u);
   }
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using caching_resource_cases = adaptor_over_each_kind<caching_maker>;
+using caching_resource_exhaustible_cases = adaptor_over_exhaustible_kinds<caching_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(CachingResource, caching_resource_cases, caching_resource_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

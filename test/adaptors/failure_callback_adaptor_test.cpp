@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // failure_callback_adaptor: the callback is asked on exhaustion, may free and
 // retry, and the refusal goes through once it declines.
+#include "support/resource_contract.hpp"
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/failure_callback_adaptor.hpp>
@@ -115,6 +116,11 @@ TEST(FailureCallbackAdaptor, TrimsAGpuPoolAndRetries) {
   adaptor.deallocate_async(p, 32 * mebibyte, stream);
   stream.synchronize();
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using failure_callback_adaptor_cases = adaptor_over_each_kind<failure_callback_maker>;
+using failure_callback_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<failure_callback_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(FailureCallbackAdaptor, failure_callback_adaptor_cases, failure_callback_adaptor_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

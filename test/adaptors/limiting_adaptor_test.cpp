@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // limiting_adaptor: the cap at its exact boundary, its message, and threads.
+#include "support/resource_contract.hpp"
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
@@ -121,6 +122,11 @@ TEST(LimitingAdaptor, CapsTheGpuKinds) {
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   }
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using limiting_adaptor_cases = adaptor_over_each_kind<limiting_maker>;
+using limiting_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<limiting_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(LimitingAdaptor, limiting_adaptor_cases, limiting_adaptor_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // logging_adaptor: one CSV line per event, in order, to a stream or a file.
+#include "support/resource_contract.hpp"
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
@@ -164,6 +165,11 @@ TEST(LoggingAdaptor, LogsTheMemoryKindOfTheGpuKinds) {
     EXPECT_EQ(split(lines[1], ',')[7], hex(stream.get()));
   }
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using logging_adaptor_cases = adaptor_over_each_kind<logging_maker>;
+using logging_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<logging_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(LoggingAdaptor, logging_adaptor_cases, logging_adaptor_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -2,6 +2,7 @@
 // statistics_adaptor: current, peak and total, overall and per stream, under
 // 16 threads. Host tests use the host resource with made-up stream handles
 // (it ignores streams; the adaptor counts by them).
+#include "support/resource_contract.hpp"
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
@@ -185,6 +186,11 @@ TEST(StatisticsAdaptor, CountsOnTheGpuKinds) {
     EXPECT_EQ(statistics.statistics().bytes.peak, expected_peak);
   }
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using statistics_adaptor_cases = adaptor_over_each_kind<statistics_maker>;
+using statistics_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<statistics_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(StatisticsAdaptor, statistics_adaptor_cases, statistics_adaptor_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -2,6 +2,7 @@
 // tracking_adaptor: outstanding allocations, leak reports, and every bad free
 // it must catch, both from the checking call (an exception) and from the
 // noexcept path (a report), never passing the bad free upstream.
+#include "support/resource_contract.hpp"
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
@@ -247,6 +248,11 @@ TEST_F(TrackingAdaptor, CatchesMisuseOverTheGpuKinds) {
   ASSERT_EQ(reports_.size(), 6u);
   EXPECT_EQ(reports_[1].kind, misuse_kind::double_free);
 }
+
+// The shared contract, over the host resource and each kind's owned pool.
+using tracking_adaptor_cases = adaptor_over_each_kind<tracking_maker>;
+using tracking_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<tracking_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(TrackingAdaptor, tracking_adaptor_cases, tracking_adaptor_exhaustible_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -154,6 +154,16 @@ using each_adaptor_over = ::testing::Types<
     adaptor_case<Upstream, limiting_maker>, adaptor_case<Upstream, logging_maker>,
     adaptor_case<Upstream, failure_callback_maker>, adaptor_case<Upstream, caching_maker>>;
 
+/// An adaptor made by `Maker` over the host resource and each kind's owned pool.
+template <class Maker>
+using adaptor_over_each_kind =
+    ::testing::Types<adaptor_case<host_case, Maker>, adaptor_case<device_owned_case, Maker>,
+                     adaptor_case<pinned_owned_case, Maker>, adaptor_case<managed_owned_case, Maker>>;
+/// As above, without managed memory, which is never exhausted.
+template <class Maker>
+using adaptor_over_exhaustible_kinds = ::testing::Types<adaptor_case<host_case, Maker>, adaptor_case<device_owned_case, Maker>,
+                                                        adaptor_case<pinned_owned_case, Maker>>;
+
 /// Joins ::testing::Types lists.
 template <class... Lists>
 struct join_types;

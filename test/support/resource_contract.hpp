@@ -1,5 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The contract every stream_ordered_resource keeps, run over every resource.
+#pragma once
+// The contract every stream_ordered_resource keeps, as type-parameterized
+// suites: each resource's and adaptor's own test file instantiates them over
+// its cases with CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT, so a new resource
+// brings its own file.
+
 #include "support/resource_cases.hpp"
 
 #include <gtest/gtest.h>
@@ -16,17 +21,16 @@
 #include <vector>
 
 namespace cudapmr::test {
-namespace {
 
 template <class Case>
 class ResourceContract : public resource_fixture<Case> {};
-TYPED_TEST_SUITE(ResourceContract, all_resource_cases);
+TYPED_TEST_SUITE_P(ResourceContract);
 
-bool is_aligned(const void* p, std::size_t alignment) {
+inline bool is_aligned(const void* p, std::size_t alignment) {
   return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
 }
 
-TYPED_TEST(ResourceContract, ReportsItsKindAndAccessibility) {
+TYPED_TEST_P(ResourceContract, ReportsItsKindAndAccessibility) {
   stream_ordered_resource& resource = this->resource();
   switch (resource.kind()) {
     case memory_kind::device:
@@ -52,7 +56,7 @@ TYPED_TEST(ResourceContract, ReportsItsKindAndAccessibility) {
   EXPECT_FALSE(resource.description().empty());
 }
 
-TYPED_TEST(ResourceContract, AllocateAsyncIsAlignedTo256ByDefault) {
+TYPED_TEST_P(ResourceContract, AllocateAsyncIsAlignedTo256ByDefault) {
   for (const std::size_t bytes : {std::size_t{1}, std::size_t{3}, std::size_t{255}, std::size_t{4097}, mebibyte}) {
     void* p = this->resource().allocate_async(bytes, this->test_stream());
     EXPECT_TRUE(is_aligned(p, default_alignment)) << bytes << " bytes at " << p;
@@ -62,7 +66,7 @@ TYPED_TEST(ResourceContract, AllocateAsyncIsAlignedTo256ByDefault) {
   this->synchronize();
 }
 
-TYPED_TEST(ResourceContract, HonoursAlignmentsLargerThanThePoolGives) {
+TYPED_TEST_P(ResourceContract, HonoursAlignmentsLargerThanThePoolGives) {
   for (std::size_t alignment = 512; alignment <= max_alignment; alignment *= 8) {
     void* p = this->resource().allocate_async(1000, alignment, this->test_stream());
     EXPECT_TRUE(is_aligned(p, alignment)) << "alignment " << alignment << " gave " << p;
@@ -75,7 +79,7 @@ TYPED_TEST(ResourceContract, HonoursAlignmentsLargerThanThePoolGives) {
   this->synchronize();
 }
 
-TYPED_TEST(ResourceContract, RefusesAlignmentThatIsNotAPowerOfTwo) {
+TYPED_TEST_P(ResourceContract, RefusesAlignmentThatIsNotAPowerOfTwo) {
   for (const std::size_t alignment : {std::size_t{0}, std::size_t{3}, std::size_t{1000}}) {
     try {
       static_cast<void>(this->resource().allocate_async(64, alignment, this->test_stream()));
@@ -88,7 +92,7 @@ TYPED_TEST(ResourceContract, RefusesAlignmentThatIsNotAPowerOfTwo) {
   }
 }
 
-TYPED_TEST(ResourceContract, RefusesAlignmentAboveTheMaximum) {
+TYPED_TEST_P(ResourceContract, RefusesAlignmentAboveTheMaximum) {
   const std::size_t alignment = std::size_t{1} << 40;
   try {
     static_cast<void>(this->resource().allocate_async(64, alignment, this->test_stream()));
@@ -99,7 +103,7 @@ TYPED_TEST(ResourceContract, RefusesAlignmentAboveTheMaximum) {
   }
 }
 
-TYPED_TEST(ResourceContract, ZeroBytesRoundTrip) {
+TYPED_TEST_P(ResourceContract, ZeroBytesRoundTrip) {
   void* p = this->resource().allocate_async(0, this->test_stream());
   this->resource().deallocate_async(p, 0, this->test_stream());
   void* q = this->resource().allocate(0);
@@ -111,12 +115,12 @@ TYPED_TEST(ResourceContract, ZeroBytesRoundTrip) {
   this->synchronize();
 }
 
-TYPED_TEST(ResourceContract, DeallocatingNullDoesNothing) {
+TYPED_TEST_P(ResourceContract, DeallocatingNullDoesNothing) {
   this->resource().deallocate_async(nullptr, 64, this->test_stream());
   SUCCEED();
 }
 
-TYPED_TEST(ResourceContract, PmrAllocateIsUsableAtOnceOnTheHost) {
+TYPED_TEST_P(ResourceContract, PmrAllocateIsUsableAtOnceOnTheHost) {
   if (!this->resource().is_host_accessible()) GTEST_SKIP() << "memory of this kind is not host-accessible";
   constexpr std::size_t bytes = 4 * mebibyte;
   auto* p = static_cast<unsigned char*>(this->resource().allocate(bytes));
@@ -125,7 +129,7 @@ TYPED_TEST(ResourceContract, PmrAllocateIsUsableAtOnceOnTheHost) {
   this->resource().deallocate(p, bytes);
 }
 
-TYPED_TEST(ResourceContract, PmrAllocateIsUsableAtOnceOnAnyStream) {
+TYPED_TEST_P(ResourceContract, PmrAllocateIsUsableAtOnceOnAnyStream) {
   if (!this->resource().is_device_accessible()) GTEST_SKIP() << "memory of this kind is not device-accessible";
   constexpr std::size_t count = 1 << 20;
   auto* words = static_cast<std::uint32_t*>(this->resource().allocate(count * sizeof(std::uint32_t)));
@@ -135,7 +139,7 @@ TYPED_TEST(ResourceContract, PmrAllocateIsUsableAtOnceOnAnyStream) {
   this->resource().deallocate(words, count * sizeof(std::uint32_t));
 }
 
-TYPED_TEST(ResourceContract, StreamOrderedMemoryIsUsableOnItsStream) {
+TYPED_TEST_P(ResourceContract, StreamOrderedMemoryIsUsableOnItsStream) {
   constexpr std::size_t bytes = 8 * mebibyte;
   void* p = this->resource().allocate_async(bytes, this->test_stream());
   this->expect_usable(p, bytes, this->test_stream());
@@ -143,7 +147,7 @@ TYPED_TEST(ResourceContract, StreamOrderedMemoryIsUsableOnItsStream) {
   this->synchronize();
 }
 
-TYPED_TEST(ResourceContract, EqualsItselfAndNotAnUnrelatedResource) {
+TYPED_TEST_P(ResourceContract, EqualsItselfAndNotAnUnrelatedResource) {
   const stream_ordered_resource& resource = this->resource();
   EXPECT_TRUE(resource.is_equal(resource));
   host_memory_resource unrelated;
@@ -151,7 +155,7 @@ TYPED_TEST(ResourceContract, EqualsItselfAndNotAnUnrelatedResource) {
   EXPECT_FALSE(unrelated.is_equal(resource));
 }
 
-TYPED_TEST(ResourceContract, ConcurrentThreadsNeverReceiveOverlappingMemory) {
+TYPED_TEST_P(ResourceContract, ConcurrentThreadsNeverReceiveOverlappingMemory) {
   constexpr int threads = 8;
   constexpr int iterations = 300;
   std::mutex live_mutex;
@@ -211,11 +215,25 @@ TYPED_TEST(ResourceContract, ConcurrentThreadsNeverReceiveOverlappingMemory) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+REGISTER_TYPED_TEST_SUITE_P(ResourceContract,
+                            ReportsItsKindAndAccessibility,
+                            AllocateAsyncIsAlignedTo256ByDefault,
+                            HonoursAlignmentsLargerThanThePoolGives,
+                            RefusesAlignmentThatIsNotAPowerOfTwo,
+                            RefusesAlignmentAboveTheMaximum,
+                            ZeroBytesRoundTrip,
+                            DeallocatingNullDoesNothing,
+                            PmrAllocateIsUsableAtOnceOnTheHost,
+                            PmrAllocateIsUsableAtOnceOnAnyStream,
+                            StreamOrderedMemoryIsUsableOnItsStream,
+                            EqualsItselfAndNotAnUnrelatedResource,
+                            ConcurrentThreadsNeverReceiveOverlappingMemory);
+
 template <class Case>
 class ResourceExhaustion : public resource_fixture<Case> {};
-TYPED_TEST_SUITE(ResourceExhaustion, exhaustible_resource_cases);
+TYPED_TEST_SUITE_P(ResourceExhaustion);
 
-TYPED_TEST(ResourceExhaustion, ThrowsOutOfMemoryAndKeepsWorking) {
+TYPED_TEST_P(ResourceExhaustion, ThrowsOutOfMemoryAndKeepsWorking) {
   void* survivor = this->resource().allocate(mebibyte);
   this->expect_usable(survivor, mebibyte, this->test_stream());
   const std::size_t request = TypeParam::exhausting_request();
@@ -241,5 +259,13 @@ TYPED_TEST(ResourceExhaustion, ThrowsOutOfMemoryAndKeepsWorking) {
   this->resource().deallocate(survivor, mebibyte);
 }
 
-}  // namespace
+REGISTER_TYPED_TEST_SUITE_P(ResourceExhaustion, ThrowsOutOfMemoryAndKeepsWorking);
+
 }  // namespace cudapmr::test
+
+/// Runs the contract over `Cases` and the exhaustion test over
+/// `ExhaustibleCases` (managed memory is never exhausted: oversubscribing it
+/// can stall the GPU); `Prefix` names the instantiation in test names.
+#define CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(Prefix, Cases, ExhaustibleCases)        \
+  INSTANTIATE_TYPED_TEST_SUITE_P(Prefix, ResourceContract, Cases);                   \
+  INSTANTIATE_TYPED_TEST_SUITE_P(Prefix, ResourceExhaustion, ExhaustibleCases)

@@ -9,13 +9,15 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdint>
-#include <limits>
-#include <string>
-#include <type_traits>
 #include <cstdio>
+#include <limits>
 #include <stdexcept>
+#include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace {
 
@@ -48,6 +50,13 @@ stress::options parse_arguments(int argc, char** argv) {
   add_integer(app, "--seed", chosen.seed, std::uint64_t{1}, most, "seed of the random choices (default 1)");
   app.add_flag("--host-only", chosen.host_only, "the host resource and adaptors over it only: no GPU needed");
   cudapmr::apps::parse_or_exit(app, argc, argv);
+  // On a terminal, a progress line that the next one overwrites.
+  if (::isatty(STDERR_FILENO) == 1)
+    chosen.on_progress = [](std::uint64_t done, std::uint64_t total) {
+      std::fprintf(stderr, "\rcudapmr_stress: %llu of %llu operations (%.0f %%)", static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total), 100.0 * static_cast<double>(done) / static_cast<double>(total));
+      std::fflush(stderr);
+    };
   return chosen;
 }
 
@@ -84,6 +93,7 @@ int main(int argc, char** argv) {
   const stress::options chosen = parse_arguments(argc, argv);
   try {
     const stress::report result = stress::run(chosen);
+    if (chosen.on_progress) std::fputs("\r\033[K", stderr);  // the progress line goes
     print(chosen, result);
     return result.failure_count == 0 ? exit_passed : exit_check_failed;
   } catch (const std::invalid_argument& error) {

@@ -237,14 +237,15 @@ struct block {
 class worker {
  public:
   worker(const options& chosen, std::vector<target*> targets, std::vector<stream_ref> streams, unsigned index,
-         failure_log& failures)
+         failure_log& failures, std::atomic<std::uint64_t>& done)
       : options_(chosen),
         targets_(std::move(targets)),
         streams_(std::move(streams)),
         stream_(streams_[index % streams_.size()]),
         random_(chosen.seed * 0x9e3779b97f4a7c15ULL + index),
         next_seed_(index * 0x01000193u + 1),
-        failures_(failures) {}
+        failures_(failures),
+        done_(done) {}
 
   /// Runs `operations` random operations, then frees what is left.
   void run(std::uint64_t operations) {
@@ -256,7 +257,10 @@ class worker {
         CUDAPMR_CHECK(cudaMemset(device_mismatches_, 0, targets_.size() * sizeof(unsigned long long)));
         CUDAPMR_CHECK(cudaEventCreateWithFlags(&handed_over_, cudaEventDisableTiming));
       }
-      for (std::uint64_t i = 0; i < operations && failures_.count() < failures_kept; ++i) step();
+      for (std::uint64_t i = 0; i < operations && failures_.count() < failures_kept; ++i) {
+        step();
+        done_.fetch_add(1, std::memory_order_relaxed);
+      }
       while (!live_.empty()) {
         check_and_free(live_.size() - 1);
         ++final_frees_;
@@ -489,6 +493,7 @@ class worker {
   std::uniform_real_distribution<double> uniform{0.0, 1.0};
   std::uint32_t next_seed_;
   failure_log& failures_;
+  std::atomic<std::uint64_t>& done_;  // operations done by every worker, for the progress line
   std::vector<block> live_;
   unsigned long long* device_mismatches_ = nullptr;  // one counter per target
   std::optional<cudapmr::stream> capture_stream_;     // this thread's alone: captures never meet other threads' work
@@ -527,15 +532,24 @@ report run(const options& chosen) {
     }
   }
 
+  std::atomic<std::uint64_t> operations_done{0};
   std::vector<std::unique_ptr<worker>> workers;
   for (unsigned i = 0; i < chosen.threads; ++i)
-    workers.push_back(std::make_unique<worker>(chosen, targets, streams, i, failures));
+    workers.push_back(std::make_unique<worker>(chosen, targets, streams, i, failures, operations_done));
   const auto start = std::chrono::steady_clock::now();
   {
+    std::atomic<unsigned> finished{0};
     std::vector<std::jthread> threads;
     for (unsigned i = 0; i < chosen.threads; ++i) {
       const std::uint64_t share = chosen.operations / chosen.threads + (i < chosen.operations % chosen.threads ? 1 : 0);
-      threads.emplace_back([&workers, i, share] { workers[i]->run(share); });
+      threads.emplace_back([&workers, &finished, i, share] {
+        workers[i]->run(share);
+        finished.fetch_add(1, std::memory_order_release);
+      });
+    }
+    while (chosen.on_progress && finished.load(std::memory_order_acquire) < chosen.threads) {
+      chosen.on_progress(operations_done.load(std::memory_order_relaxed), chosen.operations);
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
   }
   for (cudapmr::stream& owned : owned_streams) owned.synchronize();

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct options {
   std::uint64_t seed = 1;
   /// Only the host resource and adaptors over it: no CUDA call at all.
   bool host_only = false;
+  /// Called every quarter second while the threads run, with the operations done and in all.
+  std::function<void(std::uint64_t done, std::uint64_t total)> on_progress;
 };
 
 /// What happened on one resource or adaptor stack.

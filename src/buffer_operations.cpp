@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/buffer_operations.hpp"
+#include "cudapmr/detail/cuda_check.hpp"
 
 #include "cudapmr/detail/peer_copy.hpp"
 #include "cudapmr/detail/staged_copy.hpp"
@@ -55,12 +56,10 @@ void copy_bytes(void* destination, copy_end to, const void* source, copy_end fro
                          route_between_devices(to.device, from.device));
     return;
   }
-  if (const cudaError_t status = cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get());
-      status != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    throw cuda_error(status, fmt::format("cudaMemcpyAsync of {} bytes from {} to {} on stream {}", bytes,
-                                         fmt::ptr(source), fmt::ptr(destination), fmt::ptr(stream.get())));
-  }
+  detail::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get()), [&] {
+    return fmt::format("cudaMemcpyAsync of {} bytes from {} to {} on stream {}", bytes, fmt::ptr(source),
+                       fmt::ptr(destination), fmt::ptr(stream.get()));
+  });
   // Between host ends the driver copies with the CPU, out of initcheck's sight.
   if (to.kind == memory_kind::pinned && (from_pageable || from.kind == memory_kind::pinned))
     mark_initialized(destination, bytes, stream);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/device.hpp"
 
+#include "cudapmr/detail/cuda_check.hpp"
+
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
@@ -11,10 +13,7 @@ namespace cudapmr {
 
 int device::count() noexcept {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return 0;
-  }
+  if (!detail::recover_from(cudaGetDeviceCount(&devices))) return 0;  // no device, or no driver
   return devices;
 }
 
@@ -63,10 +62,8 @@ namespace detail {
 
 void validate_device_ordinal(int ordinal) {
   int devices = 0;
-  if (const cudaError_t status = cudaGetDeviceCount(&devices); status != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    throw cuda_error(status, fmt::format("cudaGetDeviceCount while looking for device {}", ordinal));
-  }
+  check_cuda(cudaGetDeviceCount(&devices),
+             [&] { return fmt::format("cudaGetDeviceCount while looking for device {}", ordinal); });
   if (ordinal < 0 || ordinal >= devices)
     throw std::invalid_argument(
         fmt::format("device ordinal {} is out of range: this machine has {} CUDA device(s)", ordinal, devices));
@@ -81,7 +78,7 @@ scoped_device::scoped_device(int ordinal) : previous_(0), changed_(false) {
 }
 
 scoped_device::~scoped_device() {
-  if (changed_) static_cast<void>(cudaSetDevice(previous_));
+  if (changed_) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaSetDevice(previous_));
 }
 
 }  // namespace detail

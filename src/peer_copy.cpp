@@ -21,10 +21,7 @@ namespace {
 /// The device whose device memory `p` is, or -1 for any other memory.
 int owning_device(const void* p) noexcept {
   cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return -1;
-  }
+  if (!recover_from(cudaPointerGetAttributes(&attributes, p))) return -1;
   return attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
 }
 
@@ -52,7 +49,7 @@ void order_after(stream_ref waiter, stream_ref signaller, int signaller_device) 
   CUDAPMR_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   cudaError_t status = cudaEventRecord(event, signaller.get());
   if (status == cudaSuccess) status = cudaStreamWaitEvent(waiter.get(), event, 0);
-  static_cast<void>(cudaEventDestroy(event));  // CUDA frees it once it has completed
+  CUDAPMR_ASSERT_CUDA_SUCCESS(cudaEventDestroy(event));  // CUDA frees it once it has completed
   check_cuda(status, [&] {
     return fmt::format("ordering stream {} after stream {} of device {}", fmt::ptr(waiter.get()),
                        fmt::ptr(signaller.get()), signaller_device);
@@ -100,8 +97,8 @@ void staged_copy(void* destination, int destination_device, const void* source, 
     order_after(stream, into_destination, destination_device);
   } catch (...) {
     // Halves already queued must finish before the bounce memory is freed.
-    static_cast<void>(cudaStreamSynchronize(out_of_source.get()));
-    static_cast<void>(cudaStreamSynchronize(into_destination.get()));
+    static_cast<void>(recover_from(cudaStreamSynchronize(out_of_source.get())));
+    static_cast<void>(recover_from(cudaStreamSynchronize(into_destination.get())));
     for (std::size_t i = 0; i < bounces; ++i) staging.deallocate_async(bounce[i], chunk, stream);
     throw;
   }

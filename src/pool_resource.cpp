@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pool-backed implementation shared by the device, pinned and managed kinds.
 #include "cudapmr/device_memory_resource.hpp"
+#include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
@@ -147,7 +148,7 @@ std::shared_ptr<over_aligned_map> over_aligned_map_of(cudaMemPool_t pool) {
 }  // namespace
 
 pool_handle::~pool_handle() {
-  if (owned_ && pool_ != nullptr) static_cast<void>(cudaMemPoolDestroy(pool_));
+  if (owned_ && pool_ != nullptr) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaMemPoolDestroy(pool_));
 }
 
 pool_handle::pool_handle(pool_handle&& other) noexcept
@@ -175,7 +176,7 @@ pool_resource::~pool_resource() {
   }
   // Stream-ordered frees queued on the bound stream must land before an owned
   // pool is destroyed; errors are ignored, as a destructor must not throw.
-  static_cast<void>(cudaStreamSynchronize(bound_stream_.get()));
+  static_cast<void>(detail::recover_from(cudaStreamSynchronize(bound_stream_.get())));
 }
 
 void pool_resource::release_cached() {
@@ -233,13 +234,11 @@ std::string pool_resource::description() const {
 void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   void* p = nullptr;
   const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool(), stream.get());
-  if (status == cudaSuccess) return p;
-  static_cast<void>(cudaGetLastError());  // leave no error behind for the next call
-  if (status == cudaErrorMemoryAllocation)
-    throw out_of_memory(bytes, alignment, description(),
-                        fmt::format("{}: {}", cudaGetErrorName(status), cudaGetErrorString(status)));
-  throw cuda_error(status, fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes,
-                                       alignment, fmt::ptr(stream.get()), description()));
+  detail::check_cuda_allocation(status, bytes, alignment, [&] { return description(); }, [&] {
+    return fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes, alignment,
+                       fmt::ptr(stream.get()), description());
+  });
+  return p;
 }
 
 void* pool_resource::allocate_class(std::size_t size_class, std::size_t alignment, stream_ref stream) {
@@ -281,7 +280,7 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   try {
     over_aligned_->insert(aligned, base);
   } catch (...) {
-    static_cast<void>(cudaFreeAsync(base, stream.get()));
+    static_cast<void>(detail::recover_from(cudaFreeAsync(base, stream.get())));
     throw;
   }
   return aligned;
@@ -291,7 +290,7 @@ void pool_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t 
                                         stream_ref stream) noexcept {
   if (is_cacheable(bytes, alignment)) cache_->note_returned_upstream(detail::size_class_of(bytes));
   void* base = alignment > pool_alignment ? over_aligned_->take(p) : p;
-  if (cudaFreeAsync(base, stream.get()) != cudaSuccess) static_cast<void>(cudaGetLastError());
+  CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFreeAsync(base, stream.get()));
 }
 
 void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment) {

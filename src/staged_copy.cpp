@@ -4,6 +4,8 @@
 // overlaps the DMA of the previous ones.
 #include "cudapmr/detail/staged_copy.hpp"
 
+#include "cudapmr/detail/cuda_check.hpp"
+
 #include "cudapmr/detail/block_cache.hpp"
 #include "cudapmr/detail/host_thread_pool.hpp"
 #include "cudapmr/detail/peer_copy.hpp"
@@ -59,11 +61,10 @@ class staging_set final {
   void release() noexcept {
     for (cudaEvent_t& event : events_) {
       if (event == nullptr) continue;
-      static_cast<void>(cudaEventSynchronize(event));
-      static_cast<void>(cudaEventDestroy(event));
+      static_cast<void>(detail::recover_from(cudaEventSynchronize(event)));  // a failed copy's error, or exit
+      static_cast<void>(detail::recover_from(cudaEventDestroy(event)));
       event = nullptr;
     }
-    static_cast<void>(cudaGetLastError());
     pinned_->deallocate(memory_, staging_set_bytes);
   }
 
@@ -149,8 +150,7 @@ class staging_lease final {
         exceptions_(std::uncaught_exceptions()) {}
   ~staging_lease() {
     if (std::uncaught_exceptions() > exceptions_) {
-      static_cast<void>(cudaStreamSynchronize(stream_.get()));
-      static_cast<void>(cudaGetLastError());
+      static_cast<void>(detail::recover_from(cudaStreamSynchronize(stream_.get())));  // the failure being thrown
     }
     the_staging_cache().release(std::move(set_));
   }

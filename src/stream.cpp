@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/stream.hpp"
 
+#include "cudapmr/detail/cuda_check.hpp"
+
 #include "cudapmr/detail/lifetime.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
@@ -15,9 +17,9 @@ namespace {
 /// ignored: a destructor never throws.
 void destroy(cudaStream_t handle) noexcept {
   if (handle == nullptr) return;
-  static_cast<void>(cudaStreamSynchronize(handle));
+  static_cast<void>(detail::recover_from(cudaStreamSynchronize(handle)));  // may carry a failed kernel's error
   detail::retire_stream(handle);
-  static_cast<void>(cudaStreamDestroy(handle));
+  CUDAPMR_ASSERT_CUDA_SUCCESS(cudaStreamDestroy(handle));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/stream_ordering.hpp"
+#include "cudapmr/detail/cuda_check.hpp"
 
 #include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/detail/synchronize.hpp"
@@ -29,14 +30,10 @@ class cuda_ordering final : public stream_ordering {
  public:
   ordering_event record(stream_ref stream) noexcept override {
     int device = 0;
-    if (cudaStreamGetDevice(stream.get(), &device) != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      return nullptr;
-    }
+    if (!recover_from(cudaStreamGetDevice(stream.get(), &device))) return nullptr;
     pooled_event* event = take_event(device);
     if (event == nullptr) return nullptr;
-    if (cudaEventRecord(event->event, stream.get()) != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
+    if (!recover_from(cudaEventRecord(event->event, stream.get()))) {
       recycle(event);
       return nullptr;
     }
@@ -47,18 +44,14 @@ class cuda_ordering final : public stream_ordering {
     // Relaxed capture mode: another thread's global-mode capture must not be
     // invalidated by this query, which has nothing to do with it.
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
+    static_cast<void>(recover_from(cudaThreadExchangeStreamCaptureMode(&mode)));
     const cudaError_t status = cudaEventQuery(static_cast<pooled_event*>(event)->event);
-    static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
-    if (status == cudaSuccess) return true;
-    static_cast<void>(cudaGetLastError());
-    return false;
+    static_cast<void>(recover_from(cudaThreadExchangeStreamCaptureMode(&mode)));
+    return recover_from(status);
   }
 
   bool make_wait(stream_ref stream, ordering_event event) noexcept override {
-    if (cudaStreamWaitEvent(stream.get(), static_cast<pooled_event*>(event)->event, 0) == cudaSuccess) return true;
-    static_cast<void>(cudaGetLastError());
-    return false;
+    return recover_from(cudaStreamWaitEvent(stream.get(), static_cast<pooled_event*>(event)->event, 0));
   }
 
   void recycle(ordering_event event) noexcept override {
@@ -67,7 +60,7 @@ class cuda_ordering final : public stream_ordering {
       const std::lock_guard lock(mutex_);
       spare_.push_back(pooled);
     } catch (...) {
-      static_cast<void>(cudaEventDestroy(pooled->event));
+      CUDAPMR_ASSERT_CUDA_SUCCESS(cudaEventDestroy(pooled->event));
       delete pooled;
     }
   }
@@ -79,16 +72,13 @@ class cuda_ordering final : public stream_ordering {
         return status != CU_STREAM_CAPTURE_STATUS_NONE;
     }
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream.get(), &status) != cudaSuccess) {
-      static_cast<void>(cudaGetLastError());
-      return true;  // unknown: keep cached blocks out of it
-    }
+    if (!recover_from(cudaStreamIsCapturing(stream.get(), &status))) return true;  // unknown: keep cached blocks out of it
     return status != cudaStreamCaptureStatusNone;
   }
 
   int current_device() noexcept override {
     int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) static_cast<void>(cudaGetLastError());
+    static_cast<void>(recover_from(cudaGetDevice(&device)));  // none current: device 0
     return device;
   }
 
@@ -110,13 +100,10 @@ class cuda_ordering final : public stream_ordering {
     cudaEvent_t event = nullptr;
     try {
       const scoped_device guard(device);
-      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
-        static_cast<void>(cudaGetLastError());
-        return nullptr;
-      }
+      if (!recover_from(cudaEventCreateWithFlags(&event, cudaEventDisableTiming))) return nullptr;
       return new pooled_event{event, device};
     } catch (...) {
-      if (event != nullptr) static_cast<void>(cudaEventDestroy(event));
+      if (event != nullptr) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaEventDestroy(event));
       return nullptr;
     }
   }

@@ -2,6 +2,7 @@
 #include "kernels.hpp"
 
 #include <cudapmr/error.hpp>
+#include <cudapmr/launch.hpp>
 
 namespace collective {
 namespace {
@@ -33,15 +34,13 @@ __global__ void check_kernel(const float* values, std::size_t count, float scale
 }  // namespace
 
 void fill_rank_values(float* values, std::size_t count, int rank, cudaStream_t stream) {
-  fill_kernel<<<grid_for(count), block, 0, stream>>>(values, count, static_cast<float>(rank + 1));
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(fill_kernel, {grid_for(count), block}, stream, values, count, static_cast<float>(rank + 1));
 }
 
 void count_wrong_sums(const float* values, std::size_t count, int ranks, unsigned long long* wrong,
                       cudaStream_t stream) {
   const float sum_of_scales = static_cast<float>(ranks) * static_cast<float>(ranks + 1) / 2;  // 1 + 2 + ... + ranks
-  check_kernel<<<grid_for(count), block, 0, stream>>>(values, count, sum_of_scales, wrong);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(check_kernel, {grid_for(count), block}, stream, values, count, sum_of_scales, wrong);
 }
 
 }  // namespace collective

@@ -3,6 +3,7 @@
 // the vector, a kernel updates it in place through its data() pointer, and
 // the host reads the results, with no copies and no staging buffers.
 #include <cudapmr/error.hpp>
+#include <cudapmr/launch.hpp>
 #include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/stream.hpp>
 
@@ -25,8 +26,7 @@ int main() try {
   std::pmr::vector<float> values(1 << 20, &pinned);
   std::iota(values.begin(), values.end(), 0.0f);
 
-  double_plus_one<<<1024, 256, 0, stream.get()>>>(values.data(), values.size());
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(double_plus_one, {1024, 256}, stream, values.data(), values.size());
   stream.synchronize();  // the kernel's writes are now visible to the host
 
   std::size_t wrong = 0;

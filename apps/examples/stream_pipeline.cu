@@ -6,6 +6,7 @@
 #include <cudapmr/buffer.hpp>
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/error.hpp>
+#include <cudapmr/launch.hpp>
 #include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/stream.hpp>
 
@@ -42,8 +43,7 @@ int main() try {
     const std::size_t first = chunk * chunk_elements;
     cudapmr::buffer<float> work(device_memory, chunk_elements, stream);  // allocated in order on `stream`
     work.copy_from(std::span<const float>(host_input.subspan(first, chunk_elements)), stream);
-    triple_plus_one<<<512, 256, 0, stream.get()>>>(work.data(), work.size());
-    CUDAPMR_CHECK(cudaGetLastError());
+    cudapmr::launch(triple_plus_one, {512, 256}, stream, work.data(), work.size());
     work.copy_to(output.span().subspan(first, chunk_elements), stream);
   }  // each `work` is freed here, in order on its stream, after its copy back
   for (const cudapmr::stream& stream : streams) stream.synchronize();

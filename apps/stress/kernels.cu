@@ -2,6 +2,7 @@
 #include "kernels.hpp"
 
 #include <cudapmr/error.hpp>
+#include <cudapmr/launch.hpp>
 
 namespace stress {
 namespace {
@@ -37,20 +38,17 @@ __global__ void check_kernel(const std::uint8_t* data, std::size_t bytes, patter
 }  // namespace
 
 void stamp_on_device(void* p, std::size_t bytes, std::uint32_t seed, cudapmr::stream_ref stream) {
-  stamp_kernel<<<grid_for(bytes), block_size, 0, stream.get()>>>(static_cast<std::uint8_t*>(p), bytes, seed);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(stamp_kernel, {grid_for(bytes), block_size}, stream, static_cast<std::uint8_t*>(p), bytes, seed);
 }
 
 void add_on_device(void* p, std::size_t bytes, std::uint8_t value, cudapmr::stream_ref stream) {
-  add_kernel<<<grid_for(bytes), block_size, 0, stream.get()>>>(static_cast<std::uint8_t*>(p), bytes, value);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(add_kernel, {grid_for(bytes), block_size}, stream, static_cast<std::uint8_t*>(p), bytes, value);
 }
 
 void check_on_device(const void* p, std::size_t bytes, const pattern& expected, unsigned long long* mismatches,
                      cudapmr::stream_ref stream) {
-  check_kernel<<<grid_for(bytes), block_size, 0, stream.get()>>>(static_cast<const std::uint8_t*>(p), bytes, expected,
-                                                                  mismatches);
-  CUDAPMR_CHECK(cudaGetLastError());
+  cudapmr::launch(check_kernel, {grid_for(bytes), block_size}, stream, static_cast<const std::uint8_t*>(p), bytes,
+                  expected, mismatches);
 }
 
 }  // namespace stress

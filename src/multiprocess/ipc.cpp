@@ -117,7 +117,7 @@ imported_pool::imported_pool(file_descriptor descriptor) {
 }  // `descriptor` closes here; the imported pool holds its own reference
 
 imported_pool::~imported_pool() {
-  if (pool_ != nullptr && cudaMemPoolDestroy(pool_) != cudaSuccess) static_cast<void>(cudaGetLastError());
+  if (pool_ != nullptr) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaMemPoolDestroy(pool_));
 }
 
 imported_pool::imported_pool(imported_pool&& other) noexcept : pool_(std::exchange(other.pool_, nullptr)) {}
@@ -169,7 +169,7 @@ ipc_memory_view& ipc_memory_view::operator=(ipc_memory_view&& other) noexcept {
 
 void ipc_memory_view::close() noexcept {
   if (data_ == nullptr) return;
-  if (cudaFree(data_) != cudaSuccess) static_cast<void>(cudaGetLastError());
+  CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(data_));
   data_ = nullptr;
   bytes_ = 0;
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/nccl/memory_resource.hpp"
 
+#include "cudapmr/detail/cuda_check.hpp"
+
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/nccl/error.hpp"
@@ -38,7 +40,7 @@ void* nccl_memory_resource::do_allocate_async(std::size_t bytes, std::size_t ali
     result = ncclMemAlloc(&p, bytes);
   }
   if (result != ncclSuccess) {
-    static_cast<void>(cudaGetLastError());  // leave no error behind for the next call
+    static_cast<void>(detail::recover_from(cudaPeekAtLastError()));  // NCCL's CUDA failure: leave none behind
     // NCCL reports exhaustion as a CUDA failure; a request beyond free memory is exhaustion.
     if (bytes > device(device_id()).free_memory())
       throw out_of_memory(bytes, alignment, description(),
@@ -58,8 +60,8 @@ void* nccl_memory_resource::do_allocate_async(std::size_t bytes, std::size_t ali
 void nccl_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::size_t /*alignment*/,
                                                stream_ref stream) noexcept {
   // ncclMemFree unmaps at once: work queued on `stream` before this call must finish first.
-  static_cast<void>(cudaStreamSynchronize(stream.get()));
-  if (ncclMemFree(p) != ncclSuccess) static_cast<void>(cudaGetLastError());
+  CUDAPMR_ASSERT_CUDA_SUCCESS(cudaStreamSynchronize(stream.get()));
+  if (ncclMemFree(p) != ncclSuccess) static_cast<void>(detail::recover_from(cudaPeekAtLastError()));
 }
 
 bool nccl_memory_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {

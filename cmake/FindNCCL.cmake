@@ -4,7 +4,7 @@
 # the imported target NCCL::nccl. Programs that link it record the library's
 # directory as their run path; where the library lives elsewhere at run time
 # (a system folder, a Python environment's nvidia-nccl package), the dynamic
-# loader's search or LD_LIBRARY_PATH finds it (README, "Multi-GPU and multi-process").
+# loader's search or LD_LIBRARY_PATH finds it.
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
   PATH_SUFFIXES include)

@@ -160,7 +160,7 @@ class buffer {
   /// Closing a closed buffer does nothing. Never throws. Closed late, after
   /// its resource was destroyed, the buffer leaks its memory with one line on
   /// stderr; on a destroyed cudapmr::stream, it frees on the resource's bound
-  /// stream (README, Reliability).
+  /// stream.
   void close(stream_ref stream) noexcept {
     if (resource_ == nullptr) return;
     detail::close_buffer(resource_, resource_identity_, data_, size_bytes(), alignment(), stream);

@@ -23,7 +23,7 @@ class stream {
   explicit stream(int device);
   /// Waits for the work queued on the stream, then destroys it; a buffer
   /// still holding it as its stream is then freed on its resource's bound
-  /// stream (README, Reliability). Never throws.
+  /// stream. Never throws.
   ~stream();
 
   stream(stream&& other) noexcept;

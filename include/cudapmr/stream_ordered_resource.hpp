@@ -35,7 +35,7 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   stream_ordered_resource(const stream_ordered_resource&) = delete;
   stream_ordered_resource& operator=(const stream_ordered_resource&) = delete;
   /// Marks the resource gone, so that a buffer closed later leaks its memory
-  /// with a message instead of calling into this object (README, Reliability).
+  /// with a message instead of calling into this object.
   ~stream_ordered_resource() override { detail::retire_resource(identity_); }
 
   /// Allocates `bytes` in stream order on `stream`: the memory may be used by

@@ -20,7 +20,7 @@ fi
 
 # NCCL's library: the programs' run path names the toolkit's copy, and the
 # system's is found by the loader; failing both, take the Python environment's
-# nvidia-nccl package (README, "Multi-GPU and multi-process").
+# nvidia-nccl package.
 multi_library_path=${LD_LIBRARY_PATH:-}
 if [[ -x $multi_collective ]] && ldd "$multi_collective" | grep -q 'libnccl.so.2 => not found'; then
   multi_nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)

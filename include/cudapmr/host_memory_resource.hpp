@@ -30,7 +30,7 @@ class host_memory_resource final : public stream_ordered_resource {
 
  private:
   /// The null stream; never synchronized, since nothing here is asynchronous.
-  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return {}; }
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return stream_ref{cudaStream_t{}}; }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
 

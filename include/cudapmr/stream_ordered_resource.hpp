@@ -58,6 +58,28 @@ class stream_ordered_resource : public std::pmr::memory_resource {
     deallocate_async(p, bytes, default_alignment, stream);
   }
 
+  // The names CCCL 3.1 and later give these calls, so that its
+  // `cuda::mr::resource_ref` (stream-ordered) and `synchronous_resource_ref`
+  // take any cudapmr resource as well.
+  using std::pmr::memory_resource::allocate;
+  using std::pmr::memory_resource::deallocate;
+  /// allocate_async, stream first.
+  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes, std::size_t alignment = default_alignment) {
+    return allocate_async(bytes, alignment, stream);
+  }
+  /// deallocate_async, stream first. Never throws.
+  void deallocate(stream_ref stream, void* p, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+    deallocate_async(p, bytes, alignment, stream);
+  }
+  /// The pmr allocate.
+  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
+    return allocate(bytes, alignment);
+  }
+  /// The pmr deallocate. Never throws.
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+    deallocate(p, bytes, alignment);
+  }
+
   /// The kind of memory this resource hands out.
   [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
   [[nodiscard]] bool is_device_accessible() const noexcept { return cudapmr::is_device_accessible(kind_); }

@@ -4,3 +4,6 @@
 "$build/test/cudapmr_tests" --gtest_brief=1 >"$out/tests.log" 2>&1
 rc=$?
 verdict "tests" 0 $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log" | tr '\n' ' ')"
+"$build/test/cudapmr_cccl_tests" --gtest_brief=1 >"$out/cccl-tests.log" 2>&1
+rc=$?
+verdict "CCCL tests" 0 $rc "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/cccl-tests.log" | tr '\n' ' ')"

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file cccl.hpp
-/// cudapmr resources as stream-ordered resources of CCCL's `cuda::mr` (the
-/// CCCL that ships with CUDA 13.0), so that `cuda::mr::async_resource_ref`
-/// and code written against it can draw from them.
+/// cudapmr resources as stream-ordered resources of CCCL's `cuda::mr`, so that
+/// CCCL's resource references and code written against them draw from them:
+/// the CCCL of CUDA 13.0 (`async_resource_ref`, `allocate_async`) and
+/// CCCL 3.1 and later (`resource_ref` stream-ordered, `synchronous_resource_ref`,
+/// `allocate(stream, ...)`, `allocate_sync`). `cccl_stream_ordered_ref` and
+/// `cccl_synchronous_ref` name the reference types of either.
 ///
 /// That CCCL hides `cuda::mr` behind LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE,
 /// which this header defines; include it before anything else includes
@@ -30,9 +33,37 @@
 
 namespace cudapmr {
 
+#if CCCL_VERSION >= 3001000
+/// CCCL's concepts of a stream-ordered resource (with properties) and of a synchronous one.
+template <class Resource, class... Properties>
+concept cccl_stream_ordered_resource_with = ::cuda::mr::resource_with<Resource, Properties...>;
+template <class Resource>
+concept cccl_synchronous_resource = ::cuda::mr::synchronous_resource<Resource>;
+/// CCCL's stream-ordered resource reference: `cuda::mr::resource_ref` since CCCL 3.1.
+template <class... Properties>
+using cccl_stream_ordered_ref = ::cuda::mr::resource_ref<Properties...>;
+/// CCCL's synchronous resource reference: `cuda::mr::synchronous_resource_ref` since CCCL 3.1.
+template <class... Properties>
+using cccl_synchronous_ref = ::cuda::mr::synchronous_resource_ref<Properties...>;
+#else
+/// CCCL's concepts of a stream-ordered resource (with properties) and of a synchronous one.
+template <class Resource, class... Properties>
+concept cccl_stream_ordered_resource_with = ::cuda::mr::async_resource_with<Resource, Properties...>;
+template <class Resource>
+concept cccl_synchronous_resource = ::cuda::mr::resource<Resource>;
+/// CCCL's stream-ordered resource reference: `cuda::mr::async_resource_ref` before CCCL 3.1.
+template <class... Properties>
+using cccl_stream_ordered_ref = ::cuda::mr::async_resource_ref<Properties...>;
+/// CCCL's synchronous resource reference: `cuda::mr::resource_ref` before CCCL 3.1.
+template <class... Properties>
+using cccl_synchronous_ref = ::cuda::mr::resource_ref<Properties...>;
+#endif
+
 // Every stream_ordered_resource (adaptors included) already has the members
-// CCCL's concepts ask for: pmr's allocate/deallocate(bytes, alignment), which
-// are synchronous, allocate_async/deallocate_async, and equality. What the
+// CCCL's concepts ask for, under both CCCLs' names: allocate/deallocate(bytes,
+// alignment) and allocate_sync, which are synchronous, allocate_async and
+// allocate(stream, ...), and equality. CCCL 3.1 and later reference only
+// copyable resources: there, reference a cccl_resource over one. What the
 // type alone cannot say is who may touch the memory, since that is the
 // resource's runtime kind. The concrete kinds fix it in their type, so they
 // declare the properties below; any other resource goes through cccl_resource.
@@ -128,23 +159,24 @@ using cccl_managed_resource = cccl_resource<memory_kind::managed>;
 using cccl_pageable_resource = cccl_resource<memory_kind::pageable>;
 
 // The promises of this header, checked where it is compiled.
-static_assert(::cuda::mr::async_resource<stream_ordered_resource>);
-static_assert(::cuda::mr::async_resource<resource_adaptor>);
-static_assert(::cuda::mr::async_resource_with<device_memory_resource, ::cuda::mr::device_accessible>);
+static_assert(cccl_stream_ordered_resource_with<stream_ordered_resource>);
+static_assert(cccl_stream_ordered_resource_with<resource_adaptor>);
+static_assert(cccl_synchronous_resource<stream_ordered_resource>);
+static_assert(cccl_stream_ordered_resource_with<device_memory_resource, ::cuda::mr::device_accessible>);
 static_assert(!::cuda::has_property<device_memory_resource, ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<pinned_memory_resource, ::cuda::mr::device_accessible,
-                                              ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<managed_memory_resource, ::cuda::mr::device_accessible,
-                                              ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<host_memory_resource, ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<pinned_memory_resource, ::cuda::mr::device_accessible,
+                                                ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<managed_memory_resource, ::cuda::mr::device_accessible,
+                                                ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<host_memory_resource, ::cuda::mr::host_accessible>);
 static_assert(!::cuda::has_property<host_memory_resource, ::cuda::mr::device_accessible>);
-static_assert(::cuda::mr::async_resource_with<cccl_device_resource, ::cuda::mr::device_accessible>);
+static_assert(cccl_stream_ordered_resource_with<cccl_device_resource, ::cuda::mr::device_accessible>);
 static_assert(!::cuda::has_property<cccl_device_resource, ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<cccl_pinned_resource, ::cuda::mr::device_accessible,
-                                              ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<cccl_managed_resource, ::cuda::mr::device_accessible,
-                                              ::cuda::mr::host_accessible>);
-static_assert(::cuda::mr::async_resource_with<cccl_pageable_resource, ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<cccl_pinned_resource, ::cuda::mr::device_accessible,
+                                                ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<cccl_managed_resource, ::cuda::mr::device_accessible,
+                                                ::cuda::mr::host_accessible>);
+static_assert(cccl_stream_ordered_resource_with<cccl_pageable_resource, ::cuda::mr::host_accessible>);
 static_assert(!::cuda::has_property<cccl_pageable_resource, ::cuda::mr::device_accessible>);
 
 }  // namespace cudapmr

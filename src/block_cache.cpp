@@ -168,19 +168,16 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
 }
 
 block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
-  if (keep_nothing_) return refused(size_class);
+  if (keep_nothing_) return refuse(size_class);
   const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
   const std::int64_t live = held_.load(std::memory_order_relaxed) - cached;  // the block included
   const std::int64_t peak = note_live(live);
   const auto incoming = static_cast<std::int64_t>(size_class_bytes(size_class));
   const auto budget = static_cast<std::int64_t>(max_bytes_);
-  if (cached + incoming > budget) {
-    static_cast<void>(refuse(size_class));
-    return give_outcome::refused;
-  }
-  // The same line as excess(0), once the block moves from live to cached.
-  const std::int64_t allowed = std::min(std::max({live - incoming, peak, budget / 64}), budget);
-  return cached + incoming > allowed ? give_outcome::kept_over_live : give_outcome::kept;
+  if (cached + incoming > budget) return refuse(size_class);
+  // excess(0)'s line, once the block moves from live to cached.
+  return cached + incoming > allowed_cached(live - incoming, peak, budget) ? give_outcome::kept_over_live
+                                                                           : give_outcome::kept;
 }
 
 std::int64_t block_cache::note_live(std::int64_t live) noexcept {
@@ -203,14 +200,9 @@ std::int64_t block_cache::note_live(std::int64_t live) noexcept {
   return peak;
 }
 
-block_cache::give_outcome block_cache::refused(std::size_t size_class) noexcept {
-  static_cast<void>(refuse(size_class));
-  return give_outcome::refused;
-}
-
-bool block_cache::refuse(std::size_t size_class) noexcept {
+block_cache::give_outcome block_cache::refuse(std::size_t size_class) noexcept {
   held_.fetch_sub(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
-  return false;
+  return give_outcome::refused;
 }
 
 // ---- taking ----------------------------------------------------------------------
@@ -315,11 +307,11 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
   const give_outcome outcome = keeps(size_class);
   if (outcome == give_outcome::refused) return outcome;
   stream_entry* entry = entry_of(stream);
-  if (entry == nullptr) return refused(size_class);
+  if (entry == nullptr) return refuse(size_class);
   std::vector<cached_block> to_seal;
   {
     const std::lock_guard lock(entry->mutex);
-    if (!entry->unsealed.push(size_class, pointer)) return refused(size_class);
+    if (!entry->unsealed.push(size_class, pointer)) return refuse(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
@@ -342,7 +334,7 @@ block_cache::give_outcome block_cache::give_ready(std::size_t size_class, void* 
   if (outcome == give_outcome::refused) return outcome;
   ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
   const std::lock_guard lock(own.mutex);
-  if (!own.lists.push(size_class, pointer)) return refused(size_class);
+  if (!own.lists.push(size_class, pointer)) return refuse(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
   return outcome;
@@ -436,17 +428,18 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
 }
 
 
+std::int64_t block_cache::allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept {
+  return std::min(std::max({live, peak, static_cast<std::int64_t>(max_bytes_ / 64)}), budget);
+}
+
 std::size_t block_cache::excess(std::size_t incoming) const noexcept {
-  const auto cached =
-      static_cast<std::size_t>(std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed)));
-  const auto held = static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
-  const std::size_t live = held > cached ? held - cached : 0;
-  const auto recent_peak =
-      static_cast<std::size_t>(std::max<std::int64_t>(0, recent_live_peak_.load(std::memory_order_relaxed)));
-  const std::size_t beside_live = std::max({live + incoming, recent_peak, max_bytes_ / 64});
-  const std::size_t within_budget = max_bytes_ > incoming ? max_bytes_ - incoming : 0;
-  const std::size_t allowed = std::min(beside_live, within_budget);
-  return cached > allowed ? cached - allowed : 0;
+  const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
+  const std::int64_t live = std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed) - cached);
+  const std::int64_t peak = std::max<std::int64_t>(0, recent_live_peak_.load(std::memory_order_relaxed));
+  const auto coming = static_cast<std::int64_t>(incoming);
+  const std::int64_t allowed =
+      allowed_cached(live + coming, peak, std::max<std::int64_t>(0, static_cast<std::int64_t>(max_bytes_) - coming));
+  return cached > allowed ? static_cast<std::size_t>(cached - allowed) : 0;
 }
 
 void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {

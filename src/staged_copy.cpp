@@ -113,7 +113,7 @@ class staging_cache final {
 
   /// Keeps `set` for later copies (or frees it, should keeping it fail).
   void release(std::unique_ptr<staging_set> set) noexcept {
-    if (detail::caching_disabled()) return;  // `set` frees itself, where compute-sanitizer sees it
+    if (keep_nothing_) return;  // `set` frees itself, where compute-sanitizer sees it
     try {
       const std::lock_guard lock(mutex_);
       idle_.push_back(std::move(set));
@@ -123,6 +123,7 @@ class staging_cache final {
 
  private:
   pinned_memory_resource pinned_{pinned_pool_options{}};  // declared first: destroyed after the sets
+  const bool keep_nothing_ = detail::caching_disabled();  // CUDAPMR_NO_CACHING=1, read once
   std::mutex mutex_;
   std::vector<std::unique_ptr<staging_set>> idle_;
 };

@@ -211,10 +211,11 @@ class block_cache {
   /// Before a free: what is live, block included, for the recent peak the
   /// cache may hold; returns the peak as it now stands.
   std::int64_t note_live(std::int64_t live) noexcept;
-  /// Counts a block the owner frees upstream instead of caching; returns false.
-  bool refuse(std::size_t size_class) noexcept;
-  /// As refuse, for give's callers.
-  give_outcome refused(std::size_t size_class) noexcept;
+  /// Counts a block the owner frees upstream instead of caching.
+  give_outcome refuse(std::size_t size_class) noexcept;
+  /// What the cache may hold beside `live` bytes: no more than is live or was
+  /// lately (`peak`), a 64th of the budget at least, and at most `budget`.
+  [[nodiscard]] std::int64_t allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
 
   stream_ordering& ordering_;

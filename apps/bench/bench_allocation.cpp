@@ -15,6 +15,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <memory>
@@ -139,6 +141,8 @@ std::vector<entrant> entrants() {
       {"device", "cudapmr:caching_resource(device)", false, [=] { return ours_caching(device_pool(), false); }},
       {"device", "cudapmr:caching_resource(device, no capture check)", false,
        [=] { return ours_caching(device_pool(), false, {.check_capture = false}); }},
+      {"device", "cudapmr:caching_resource(device_malloc)", false,
+       [] { return ours_caching(std::make_shared<cudapmr::device_malloc_resource>(0), false); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},
@@ -265,6 +269,54 @@ void streams(benchmark::State& state, const std::shared_ptr<allocator_under_test
   state.SetItemsProcessed(state.iterations());
 }
 
+/// The thin resource against the raw calls it makes, interleaved so that the
+/// machine's drift hits both alike: each round times 1,000 raw
+/// cudaMallocFromPoolAsync + cudaFreeAsync pairs on the device's default pool,
+/// then 1,000 device_memory_resource pairs over the same pool. Counters: the
+/// median ns per pair of each, and the median of the rounds' ratios.
+void thin_against_raw(benchmark::State& state, std::size_t bytes) {
+  constexpr int pairs_per_round = 1000;
+  const cudaStream_t stream = new_stream();
+  const cudaMemPool_t pool = default_pool({cudaMemLocationTypeDevice, 0}, cudaMemAllocationTypePinned);
+  cudapmr::device_memory_resource thin(0);  // over that same pool
+  using clock = std::chrono::steady_clock;
+  const auto per_pair = [](clock::duration elapsed) {
+    return std::chrono::duration<double, std::nano>(elapsed).count() / pairs_per_round;
+  };
+  std::vector<double> raw_ns;
+  std::vector<double> thin_ns;
+  std::vector<double> ratios;
+  for (int i = 0; i < 100; ++i) thin.deallocate_async(thin.allocate_async(bytes, stream), bytes, stream);
+  for (auto _ : state) {
+    const auto raw_start = clock::now();
+    for (int i = 0; i < pairs_per_round; ++i) {
+      void* p = nullptr;
+      check(cudaMallocFromPoolAsync(&p, bytes, pool, stream), "cudaMallocFromPoolAsync");
+      benchmark::DoNotOptimize(p);
+      check(cudaFreeAsync(p, stream), "cudaFreeAsync");
+    }
+    const auto thin_start = clock::now();
+    for (int i = 0; i < pairs_per_round; ++i) {
+      void* p = thin.allocate_async(bytes, stream);
+      benchmark::DoNotOptimize(p);
+      thin.deallocate_async(p, bytes, stream);
+    }
+    const auto end = clock::now();
+    raw_ns.push_back(per_pair(thin_start - raw_start));
+    thin_ns.push_back(per_pair(end - thin_start));
+    ratios.push_back(thin_ns.back() / raw_ns.back());
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  const auto median = [](std::vector<double>& values) {
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+    return values[values.size() / 2];
+  };
+  state.counters["raw_ns"] = median(raw_ns);
+  state.counters["thin_ns"] = median(thin_ns);
+  state.counters["thin_over_raw"] = median(ratios);
+}
+
 const char* size_name(std::size_t bytes) {
   return bytes == 256 ? "256B" : bytes == 64 * kibibyte ? "64KiB" : "1MiB";
 }
@@ -283,6 +335,12 @@ void register_allocation_benchmarks() {
     benchmark::RegisterBenchmark(("alloc/" + who.kind + "/mix/" + who.name).c_str(),
                                  [&who](benchmark::State& state) { mix(state, who); })
         ->MinTime(0.2)
+        ->UseRealTime();
+  }
+  for (const std::size_t bytes : {std::size_t{256}, 64 * kibibyte, mebibyte}) {
+    benchmark::RegisterBenchmark((std::string("alloc/device/thin_against_raw/") + size_name(bytes)).c_str(),
+                                 [bytes](benchmark::State& state) { thin_against_raw(state, bytes); })
+        ->Iterations(200)
         ->UseRealTime();
   }
   // Shared allocators for the multi-threaded cases, created on first use.

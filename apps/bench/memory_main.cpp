@@ -74,23 +74,30 @@ std::unique_ptr<allocator_under_test> own_cuda_pool() {
   return make_cuda_pool_allocator(pool, true);
 }
 
-/// A cudapmr stack: an owned device pool, with or without the cache over it.
+/// A cudapmr stack: a leaf (an owned device pool, or cudaMalloc), with or without the cache over it.
 class cudapmr_stack final : public allocator_under_test {
  public:
-  cudapmr_stack(bool cached, std::size_t release_threshold)
-      : pool_(0, cudapmr::device_pool_options{.release_threshold = release_threshold}) {
-    if (cached) cache_ = std::make_unique<cudapmr::caching_resource>(pool_);
+  cudapmr_stack(std::unique_ptr<cudapmr::stream_ordered_resource> leaf, bool cached) : leaf_(std::move(leaf)) {
+    if (cached) cache_ = std::make_unique<cudapmr::caching_resource>(*leaf_);
   }
   void* allocate(std::size_t bytes, cudaStream_t stream) override { return top().allocate_async(bytes, stream); }
   void deallocate(void* p, std::size_t bytes, cudaStream_t stream) override { top().deallocate_async(p, bytes, stream); }
 
  private:
-  cudapmr::stream_ordered_resource& top() {
-    return cache_ ? static_cast<cudapmr::stream_ordered_resource&>(*cache_) : pool_;
-  }
-  cudapmr::device_memory_resource pool_;
-  std::unique_ptr<cudapmr::caching_resource> cache_;
+  cudapmr::stream_ordered_resource& top() { return cache_ ? *cache_ : *leaf_; }
+  std::unique_ptr<cudapmr::stream_ordered_resource> leaf_;
+  std::unique_ptr<cudapmr::caching_resource> cache_;  // destroyed first
 };
+
+std::unique_ptr<allocator_under_test> over_pool(bool cached, std::size_t release_threshold) {
+  return std::make_unique<cudapmr_stack>(
+      std::make_unique<cudapmr::device_memory_resource>(0, cudapmr::device_pool_options{.release_threshold = release_threshold}),
+      cached);
+}
+
+std::unique_ptr<allocator_under_test> over_malloc() {
+  return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_malloc_resource>(0), true);
+}
 
 struct entrant {
   std::string name;
@@ -105,9 +112,10 @@ std::vector<entrant> entrants() {
 #ifdef CUDAPMR_BENCH_HAVE_RMM
   for (named_peer& peer : rmm_peers()) all.push_back({peer.name, peer.make});
 #endif
-  all.push_back({"cudapmr:device_memory_resource", [] { return std::make_unique<cudapmr_stack>(false, cudapmr::keep_all_memory); }});
-  all.push_back({"cudapmr:caching_resource (pool keeps all)", [] { return std::make_unique<cudapmr_stack>(true, cudapmr::keep_all_memory); }});
-  all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return std::make_unique<cudapmr_stack>(true, 0); }});
+  all.push_back({"cudapmr:device_memory_resource", [] { return over_pool(false, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool keeps all)", [] { return over_pool(true, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return over_pool(true, 0); }});
+  all.push_back({"cudapmr:caching_resource (over device_malloc_resource)", over_malloc});
   return all;
 }
 

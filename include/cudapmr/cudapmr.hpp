@@ -18,6 +18,7 @@
 #include "cudapmr/buffer.hpp"
 #include "cudapmr/current_resource.hpp"
 #include "cudapmr/device.hpp"
+#include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/device_memory_resource.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/host_memory_resource.hpp"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/caching_resource.hpp"
 
+#include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/pool_resource.hpp"
 
@@ -172,6 +173,8 @@ cache_statistics caching_resource::statistics() const {
       result.upstream_reserved = pool->stats().reserved_current;
     } catch (const cuda_error&) {
     }
+  } else if (const auto* leaf = dynamic_cast<const device_malloc_resource*>(&upstream_resource())) {
+    result.upstream_reserved = leaf->allocated_bytes();
   }
   return result;
 }

@@ -652,6 +652,9 @@ TEST(CachingResourceOnGpu, PmrPathOverEachKindIsReadyAtOnce) {
 using caching_resource_cases = adaptor_over_each_kind<caching_maker>;
 using caching_resource_exhaustible_cases = adaptor_over_exhaustible_kinds<caching_maker>;
 CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(CachingResource, caching_resource_cases, caching_resource_exhaustible_cases);
+// And over the frugal leaf, cudaMalloc.
+using caching_over_malloc_cases = ::testing::Types<adaptor_case<device_malloc_case, caching_maker>>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(CachingOverMalloc, caching_over_malloc_cases, caching_over_malloc_cases);
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -50,6 +50,13 @@ struct device_owned_case {
   static std::size_t exhausting_request() { return max_size + mebibyte; }
 };
 
+struct device_malloc_case {
+  static constexpr const char* name = "device_malloc";
+  static constexpr bool needs_gpu = true;
+  static std::unique_ptr<stream_ordered_resource> make() { return std::make_unique<device_malloc_resource>(0); }
+  static std::size_t exhausting_request() { return impossible_request; }
+};
+
 struct pinned_default_case {
   static constexpr const char* name = "pinned_default_pool";
   static constexpr bool needs_gpu = true;

@@ -47,7 +47,8 @@ struct cache_statistics {
   /// Events recorded to hand freed blocks to other streams, and blocks so handed.
   std::uint64_t events_recorded = 0;
   std::uint64_t cross_stream_reuses = 0;
-  /// Memory the upstream holds from the system, where the upstream is a pool (`pool_stats::reserved_current`).
+  /// Memory the upstream holds from the system: a pool's `pool_stats::reserved_current`,
+  /// a device_malloc_resource's `allocated_bytes()`; none for other upstreams.
   std::optional<std::size_t> upstream_reserved;
 };
 

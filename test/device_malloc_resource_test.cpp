@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+// device_malloc_resource keeps the shared contract, gives memory back at
+// once, and never lets cudaMalloc or cudaFree break a stream capture.
+#include "support/resource_contract.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace cudapmr::test {
+namespace {
+
+std::size_t device_free_bytes() {
+  std::size_t free_bytes = 0;
+  std::size_t total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  return free_bytes;
+}
+
+/// Whether `p` is still memory CUDA knows.
+bool is_allocated(const void* p) {
+  cudaPointerAttributes attributes{};
+  const bool known = cudaPointerGetAttributes(&attributes, p) == cudaSuccess;
+  static_cast<void>(cudaGetLastError());
+  return known && attributes.type == cudaMemoryTypeDevice;
+}
+
+class DeviceMallocResource : public ::testing::Test {
+ protected:
+  void SetUp() override { CUDAPMR_REQUIRE_GPU(); }
+};
+
+TEST_F(DeviceMallocResource, FreesGiveTheMemoryBackAtOnceOverAlignedOrNot) {
+  device_malloc_resource resource(0);
+  const cudapmr::stream stream(0);
+  constexpr std::size_t bytes = 256 * mebibyte;
+  const std::size_t before = device_free_bytes();
+  for (const std::size_t alignment : {std::size_t{256}, std::size_t{4096}, std::size_t{1} << 16}) {
+    for (int round = 0; round < 8; ++round) {
+      void* p = resource.allocate_async(bytes, alignment, stream);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u);
+      EXPECT_EQ(resource.allocated_bytes(), bytes);
+      resource.deallocate_async(p, bytes, alignment, stream);
+      EXPECT_FALSE(is_allocated(p)) << "alignment " << alignment << ": the free did not reach cudaFree";
+    }
+  }
+  EXPECT_EQ(resource.allocated_bytes(), 0u);
+  EXPECT_EQ(resource.allocated_bytes_high(), bytes);
+  // Eight rounds of each alignment would have lost 6 GiB had a free missed.
+  EXPECT_GE(device_free_bytes() + 64 * mebibyte, before);
+}
+
+TEST_F(DeviceMallocResource, AFreeWaitsForWorkQueuedOnItsStream) {
+  device_malloc_resource resource(0);
+  const cudapmr::stream stream(0);
+  constexpr std::size_t count = std::size_t{1} << 22;
+  auto* words = static_cast<std::uint32_t*>(resource.allocate_async(count * 4, stream));
+  write_sequence(words, count, 3, stream);
+  add_to_each(words, count, 1, stream);
+  resource.deallocate_async(words, count * 4, stream);  // no synchronize before it
+  EXPECT_EQ(cudaStreamQuery(stream.get()), cudaSuccess) << "the free returned with the stream's work pending";
+}
+
+TEST_F(DeviceMallocResource, ResourcesOfOneDeviceAreEqual) {
+  device_malloc_resource first(0);
+  device_malloc_resource second(0);
+  EXPECT_TRUE(first.is_equal(second));
+  const cudapmr::stream stream(0);
+  void* p = first.allocate_async(4096, 4096, stream);
+  second.deallocate_async(p, 4096, 4096, stream);  // over-aligned, freed through the other
+  EXPECT_FALSE(is_allocated(p));
+  device_memory_resource pool(0);
+  EXPECT_FALSE(first.is_equal(pool));
+}
+
+TEST_F(DeviceMallocResource, RefusesToAllocateOnACapturedStreamNamingTheCapture) {
+  device_malloc_resource resource(0);
+  const cudapmr::stream stream(0);
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  try {
+    static_cast<void>(resource.allocate_async(mebibyte, stream));
+    ADD_FAILURE() << "an allocation on a captured stream was accepted";
+  } catch (const cuda_error& error) {
+    EXPECT_EQ(error.error(), cudaErrorStreamCaptureUnsupported);
+    EXPECT_NE(std::string(error.what()).find("captured"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("1048576 bytes"), std::string::npos) << error.what();
+  }
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the refusal broke the capture";
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
+TEST_F(DeviceMallocResource, AFreeOnACapturedStreamWaitsForRelease) {
+  device_malloc_resource resource(0);
+  const cudapmr::stream stream(0);
+  void* p = resource.allocate_async(mebibyte, stream);
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  resource.deallocate_async(p, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the free broke the capture";
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_TRUE(is_allocated(p)) << "freed while a replay of the graph could still use it";
+  EXPECT_EQ(resource.allocated_bytes(), 0u);
+  resource.release();
+  EXPECT_FALSE(is_allocated(p));
+}
+
+TEST_F(DeviceMallocResource, UnderACacheACapturedAllocationIsRefusedNotServedFromTheCache) {
+  device_malloc_resource leaf(0);
+  caching_resource cache(leaf);
+  const cudapmr::stream stream(0);
+  cache.deallocate_async(cache.allocate_async(mebibyte, stream), mebibyte, stream);  // one block cached
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+  EXPECT_THROW(static_cast<void>(cache.allocate_async(mebibyte, stream)), cuda_error);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cache.statistics().hits, 0u);
+  EXPECT_EQ(cache.statistics().upstream_reserved, mebibyte) << "the leaf's allocated bytes, as the cache sees them";
+}
+
+TEST_F(DeviceMallocResource, RefusesADeviceThatDoesNotExist) {
+  EXPECT_THROW(device_malloc_resource(-1), std::invalid_argument);
+  EXPECT_THROW(device_malloc_resource(device::count()), std::invalid_argument);
+}
+
+}  // namespace
+
+using device_malloc_cases = ::testing::Types<device_malloc_case>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(DeviceMalloc, device_malloc_cases, device_malloc_cases);
+
+}  // namespace cudapmr::test

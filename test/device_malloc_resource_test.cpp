@@ -11,14 +11,8 @@
 namespace cudapmr::test {
 namespace {
 
-std::size_t device_free_bytes() {
-  std::size_t free_bytes = 0;
-  std::size_t total = 0;
-  EXPECT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
-  return free_bytes;
-}
-
-/// Whether `p` is still memory CUDA knows.
+/// Whether `p` is still memory CUDA knows. (Not cudaMemGetInfo: other
+/// processes, such as the sanitizers' parallel shards, share the device.)
 bool is_allocated(const void* p) {
   cudaPointerAttributes attributes{};
   const bool known = cudaPointerGetAttributes(&attributes, p) == cudaSuccess;
@@ -35,7 +29,6 @@ TEST_F(DeviceMallocResource, FreesGiveTheMemoryBackAtOnceOverAlignedOrNot) {
   device_malloc_resource resource(0);
   const cudapmr::stream stream(0);
   constexpr std::size_t bytes = 256 * mebibyte;
-  const std::size_t before = device_free_bytes();
   for (const std::size_t alignment : {std::size_t{256}, std::size_t{4096}, std::size_t{1} << 16}) {
     for (int round = 0; round < 8; ++round) {
       void* p = resource.allocate_async(bytes, alignment, stream);
@@ -47,8 +40,6 @@ TEST_F(DeviceMallocResource, FreesGiveTheMemoryBackAtOnceOverAlignedOrNot) {
   }
   EXPECT_EQ(resource.allocated_bytes(), 0u);
   EXPECT_EQ(resource.allocated_bytes_high(), bytes);
-  // Eight rounds of each alignment would have lost 6 GiB had a free missed.
-  EXPECT_GE(device_free_bytes() + 64 * mebibyte, before);
 }
 
 TEST_F(DeviceMallocResource, AFreeWaitsForWorkQueuedOnItsStream) {

@@ -2,11 +2,9 @@
 #include "cudapmr/device_malloc_resource.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
-#include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 
-#include <cuda.h>
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -23,24 +21,20 @@ int validated(int device) {
   return device;
 }
 
-/// The pointer `cudaMalloc` gave for the allocation that holds `p`; `p` where
-/// the driver cannot tell (then the free reports the error).
-void* allocation_base(void* p) noexcept {
-  using pointer_attribute_function = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
-  static const auto attribute = detail::driver_function<pointer_attribute_function>("cuPointerGetAttribute");
-  CUdeviceptr base = 0;
-  if (attribute == nullptr ||
-      attribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
-    return p;
-  return reinterpret_cast<void*>(base);
-}
+/// Lets this thread call cudaMalloc and cudaFree while another thread (or
+/// this one, on another stream) captures in global or thread-local mode,
+/// which would otherwise refuse them and invalidate that capture. They touch
+/// no captured stream: a block is never allocated for, or freed on, one.
+class relaxed_capture_mode {
+ public:
+  relaxed_capture_mode() noexcept { static_cast<void>(detail::recover_from(cudaThreadExchangeStreamCaptureMode(&mode_))); }
+  ~relaxed_capture_mode() { static_cast<void>(detail::recover_from(cudaThreadExchangeStreamCaptureMode(&mode_))); }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
 
-bool is_capturing(stream_ref stream) noexcept {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  // Unknown counts as captured: the memory is then kept, never freed too early.
-  if (!detail::recover_from(cudaStreamIsCapturing(stream.get(), &status))) return true;
-  return status != cudaStreamCaptureStatusNone;
-}
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
 
 }  // namespace
 
@@ -55,18 +49,21 @@ device_malloc_resource::~device_malloc_resource() {
 }
 
 void device_malloc_resource::release() {
+  const detail::scoped_device on_device(device_id());
   std::vector<void*> blocks;
   {
-    const std::lock_guard lock(held_back_mutex_);
+    const std::lock_guard lock(mutex_);
     blocks.swap(held_back_);
   }
   if (blocks.empty()) return;
-  const detail::scoped_device on_device(device_id());
   if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
-    const std::lock_guard lock(held_back_mutex_);
+    const std::lock_guard lock(mutex_);
     held_back_.insert(held_back_.end(), blocks.begin(), blocks.end());
-    detail::check_cuda(status, [&] { return fmt::format("cudaDeviceSynchronize before {} frees", description()); });
+    detail::check_cuda(status, [&] {
+      return fmt::format("cudaDeviceSynchronize before {} frees {} held-back blocks", description(), blocks.size());
+    });
   }
+  const relaxed_capture_mode relaxed;
   for (void* base : blocks) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));
 }
 
@@ -83,7 +80,12 @@ void device_malloc_resource::count_allocated(std::size_t bytes) noexcept {
 
 void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
-  if (is_capturing(stream))
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  detail::check_cuda(cudaStreamIsCapturing(stream.get(), &capture), [&] {
+    return fmt::format("cudaStreamIsCapturing on stream {} before {} bytes from {}", fmt::ptr(stream.get()), bytes,
+                       description());
+  });
+  if (capture != cudaStreamCaptureStatusNone)
     throw cuda_error(cudaErrorStreamCaptureUnsupported,
                      fmt::format("{} bytes from {} on stream {}: the stream is being captured into a graph, and no "
                                  "graph node can stand for cudaMalloc (allocate before the capture, or from a pool)",
@@ -92,35 +94,56 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
   if (bytes > std::numeric_limits<std::size_t>::max() - padding)
     throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
   const detail::scoped_device on_device(device_id());
+  const relaxed_capture_mode relaxed;
   void* base = nullptr;
   detail::check_cuda_allocation(cudaMalloc(&base, bytes + padding), bytes, alignment, [&] { return description(); },
                                 [&] { return fmt::format("cudaMalloc of {} bytes for {}", bytes + padding, description()); });
-  count_allocated(bytes);
+  if (padding == 0) {
+    count_allocated(bytes);
+    return base;
+  }
+  // Over-aligned: rare, so a locked map of aligned pointer to base is cheap enough.
   const auto address = reinterpret_cast<std::uintptr_t>(base);
-  return reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
+  void* aligned = reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
+  try {
+    const std::lock_guard lock(mutex_);
+    over_aligned_.emplace(aligned, base);
+  } catch (...) {
+    CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));
+    throw;
+  }
+  count_allocated(bytes + padding);
+  return aligned;
 }
 
 void device_malloc_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                                  stream_ref stream) noexcept {
-  void* base = alignment > malloc_alignment ? allocation_base(p) : p;
-  allocated_.fetch_sub(bytes, std::memory_order_relaxed);
-  if (is_capturing(stream)) {
-    try {
-      const std::lock_guard lock(held_back_mutex_);
-      held_back_.push_back(base);
-      return;
-    } catch (...) {  // no memory to remember it: the block leaks rather than being freed under a graph
-      return;
-    }
+  void* base = p;
+  std::size_t held = bytes;
+  if (alignment > malloc_alignment) {
+    const std::lock_guard lock(mutex_);
+    const auto found = over_aligned_.find(p);
+    if (found == over_aligned_.end()) return;  // not ours as an over-aligned block: freeing `p` would corrupt
+    base = found->second;
+    held += alignment - malloc_alignment;
+    over_aligned_.erase(found);
   }
+  allocated_.fetch_sub(held, std::memory_order_relaxed);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  // Captured, or unknown (a legacy stream while another is captured): a replay
+  // of the graph may still use the block, so it waits for release().
+  if (!detail::recover_from(cudaStreamIsCapturing(stream.get(), &capture)) || capture != cudaStreamCaptureStatusNone) {
+    try {
+      const std::lock_guard lock(mutex_);
+      held_back_.push_back(base);
+    } catch (...) {  // no memory to remember it: the block leaks rather than being freed under a graph
+    }
+    return;
+  }
+  const relaxed_capture_mode relaxed;
   // Work queued on `stream` before the free may still use the block.
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaStreamSynchronize(stream.get()));
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));
-}
-
-bool device_malloc_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
-  const auto* malloc_resource = dynamic_cast<const device_malloc_resource*>(&other);
-  return malloc_resource != nullptr && malloc_resource->device_id() == device_id();
 }
 
 }  // namespace cudapmr

@@ -269,11 +269,12 @@ void streams(benchmark::State& state, const std::shared_ptr<allocator_under_test
   state.SetItemsProcessed(state.iterations());
 }
 
-/// The thin resource against the raw calls it makes, interleaved so that the
-/// machine's drift hits both alike: each round times 1,000 raw
-/// cudaMallocFromPoolAsync + cudaFreeAsync pairs on the device's default pool,
-/// then 1,000 device_memory_resource pairs over the same pool. Counters: the
-/// median ns per pair of each, and the median of the rounds' ratios.
+/// The thin resource (device_memory_resource) against the raw calls it makes,
+/// interleaved so that the machine's drift hits both alike: each round times
+/// 1,000 raw cudaMallocFromPoolAsync + cudaFreeAsync pairs on the device's
+/// default pool and 1,000 device_memory_resource pairs over the same pool,
+/// in turns first. Counters: the median ns per pair of each, and the median of
+/// the rounds' ratios.
 void thin_against_raw(benchmark::State& state, std::size_t bytes) {
   constexpr int pairs_per_round = 1000;
   const cudaStream_t stream = new_stream();
@@ -287,24 +288,33 @@ void thin_against_raw(benchmark::State& state, std::size_t bytes) {
   std::vector<double> thin_ns;
   std::vector<double> ratios;
   for (int i = 0; i < 100; ++i) thin.deallocate_async(thin.allocate_async(bytes, stream), bytes, stream);
-  for (auto _ : state) {
-    const auto raw_start = clock::now();
+  const auto time_raw = [&] {
+    const auto start = clock::now();
     for (int i = 0; i < pairs_per_round; ++i) {
       void* p = nullptr;
       check(cudaMallocFromPoolAsync(&p, bytes, pool, stream), "cudaMallocFromPoolAsync");
       benchmark::DoNotOptimize(p);
       check(cudaFreeAsync(p, stream), "cudaFreeAsync");
     }
-    const auto thin_start = clock::now();
+    return per_pair(clock::now() - start);
+  };
+  const auto time_thin = [&] {
+    const auto start = clock::now();
     for (int i = 0; i < pairs_per_round; ++i) {
       void* p = thin.allocate_async(bytes, stream);
       benchmark::DoNotOptimize(p);
       thin.deallocate_async(p, bytes, stream);
     }
-    const auto end = clock::now();
-    raw_ns.push_back(per_pair(thin_start - raw_start));
-    thin_ns.push_back(per_pair(end - thin_start));
+    return per_pair(clock::now() - start);
+  };
+  bool raw_first = true;  // alternates, so that neither side always follows the other
+  for (auto _ : state) {
+    const double first = raw_first ? time_raw() : time_thin();
+    const double second = raw_first ? time_thin() : time_raw();
+    raw_ns.push_back(raw_first ? first : second);
+    thin_ns.push_back(raw_first ? second : first);
     ratios.push_back(thin_ns.back() / raw_ns.back());
+    raw_first = !raw_first;
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");

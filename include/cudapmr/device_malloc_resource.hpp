@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace cudapmr {
@@ -28,24 +29,30 @@ namespace cudapmr {
 /// Stream capture: allocating on a stream being captured throws cuda_error
 /// (`cudaErrorStreamCaptureUnsupported`), as no graph node can stand for
 /// `cudaMalloc`; a free on a captured stream is kept back until `release()`
-/// or destruction, as a replay of the graph may still use the memory.
+/// or destruction, as a replay of the graph may still use the memory. Calls
+/// for uncaptured streams run in relaxed capture mode, so they neither fail
+/// nor invalidate a capture that another thread runs meanwhile.
 ///
-/// Thread-safe. Two such resources of the same device compare equal: either
-/// may free what the other allocated.
+/// Thread-safe. Equal only to itself (it keeps the bases of over-aligned
+/// blocks and its counters), as std::pmr resources are by default.
 class device_malloc_resource final : public stream_ordered_resource {
  public:
   /// \throws std::invalid_argument for a bad ordinal; cuda_error where no device exists.
   explicit device_malloc_resource(int device);
-  /// Synchronizes the device, then frees what frees on captured streams kept back.
+  /// Frees what frees on captured streams kept back, as `release()` does:
+  /// destroy it only once no graph that used them will replay.
   ~device_malloc_resource() override;
 
-  /// Bytes this resource has handed out and not yet freed (as requested, before
-  /// CUDA's rounding), and their most at once.
+  /// Bytes this resource holds from cudaMalloc and has not freed, alignment
+  /// padding included but before CUDA's rounding to pages, and their most at
+  /// once. Blocks held back by a free on a captured stream no longer count.
   [[nodiscard]] std::size_t allocated_bytes() const noexcept { return allocated_.load(std::memory_order_relaxed); }
   [[nodiscard]] std::size_t allocated_bytes_high() const noexcept { return high_.load(std::memory_order_relaxed); }
   /// Frees, after synchronizing the device, the blocks whose frees came on a
-  /// captured stream. Call it once no graph that used them will replay.
-  /// \throws cuda_error if the synchronize fails.
+  /// captured stream. Call it once no graph that used them will replay, and
+  /// not while a stream of the device is being captured (the synchronize
+  /// would break that capture). \throws cuda_error if the synchronize fails;
+  /// the blocks then stay held back.
   void release();
 
   [[nodiscard]] std::string description() const override;
@@ -54,15 +61,14 @@ class device_malloc_resource final : public stream_ordered_resource {
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override;
-
   void count_allocated(std::size_t bytes) noexcept;
 
   stream bound_stream_;
   std::atomic<std::size_t> allocated_{0};
   std::atomic<std::size_t> high_{0};
-  std::mutex held_back_mutex_;
-  std::vector<void*> held_back_;  // allocation bases freed on captured streams
+  std::mutex mutex_;  // guards the two below
+  std::unordered_map<void*, void*> over_aligned_;  // aligned pointer -> cudaMalloc's pointer
+  std::vector<void*> held_back_;  // cudaMalloc's pointers freed on captured streams
 };
 
 }  // namespace cudapmr

@@ -2,12 +2,14 @@
 #include "cudapmr/device_malloc_resource.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/over_aligned_map.hpp"
+#include "cudapmr/detail/relaxed_capture_scope.hpp"
+#include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
 
-#include <cstdint>
 #include <limits>
 
 namespace cudapmr {
@@ -16,30 +18,22 @@ namespace {
 /// What `cudaMalloc` guarantees for every pointer.
 constexpr std::size_t malloc_alignment = 256;
 
+/// What an allocation aligned to `alignment` asks of cudaMalloc beyond its bytes.
+constexpr std::size_t padding_for(std::size_t alignment) noexcept {
+  return alignment > malloc_alignment ? alignment - malloc_alignment : 0;
+}
+
 int validated(int device) {
   detail::validate_device_ordinal(device);
   return device;
 }
 
-/// Lets this thread call cudaMalloc and cudaFree while another thread (or
-/// this one, on another stream) captures in global or thread-local mode,
-/// which would otherwise refuse them and invalidate that capture. They touch
-/// no captured stream: a block is never allocated for, or freed on, one.
-class relaxed_capture_mode {
- public:
-  relaxed_capture_mode() noexcept { static_cast<void>(detail::recover_from(cudaThreadExchangeStreamCaptureMode(&mode_))); }
-  ~relaxed_capture_mode() { static_cast<void>(detail::recover_from(cudaThreadExchangeStreamCaptureMode(&mode_))); }
-  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
-  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
 }  // namespace
 
 device_malloc_resource::device_malloc_resource(int device)
-    : stream_ordered_resource(memory_kind::device, validated(device)), bound_stream_(device) {}
+    : stream_ordered_resource(memory_kind::device, validated(device)),
+      bound_stream_(device),
+      over_aligned_(std::make_unique<detail::over_aligned_map>()) {}
 
 device_malloc_resource::~device_malloc_resource() {
   try {
@@ -63,7 +57,7 @@ void device_malloc_resource::release() {
       return fmt::format("cudaDeviceSynchronize before {} frees {} held-back blocks", description(), blocks.size());
     });
   }
-  const relaxed_capture_mode relaxed;
+  const detail::relaxed_capture_scope relaxed;
   for (void* base : blocks) CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));
 }
 
@@ -90,11 +84,11 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
                      fmt::format("{} bytes from {} on stream {}: the stream is being captured into a graph, and no "
                                  "graph node can stand for cudaMalloc (allocate before the capture, or from a pool)",
                                  bytes, description(), fmt::ptr(stream.get())));
-  const std::size_t padding = alignment > malloc_alignment ? alignment - malloc_alignment : 0;
+  const std::size_t padding = padding_for(alignment);
   if (bytes > std::numeric_limits<std::size_t>::max() - padding)
     throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
   const detail::scoped_device on_device(device_id());
-  const relaxed_capture_mode relaxed;
+  const detail::relaxed_capture_scope relaxed;
   void* base = nullptr;
   detail::check_cuda_allocation(cudaMalloc(&base, bytes + padding), bytes, alignment, [&] { return description(); },
                                 [&] { return fmt::format("cudaMalloc of {} bytes for {}", bytes + padding, description()); });
@@ -102,12 +96,9 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
     count_allocated(bytes);
     return base;
   }
-  // Over-aligned: rare, so a locked map of aligned pointer to base is cheap enough.
-  const auto address = reinterpret_cast<std::uintptr_t>(base);
-  void* aligned = reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
+  void* aligned = detail::align_up(base, alignment);
   try {
-    const std::lock_guard lock(mutex_);
-    over_aligned_.emplace(aligned, base);
+    over_aligned_->insert(aligned, base);
   } catch (...) {
     CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));
     throw;
@@ -118,21 +109,12 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
 
 void device_malloc_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                                  stream_ref stream) noexcept {
-  void* base = p;
-  std::size_t held = bytes;
-  if (alignment > malloc_alignment) {
-    const std::lock_guard lock(mutex_);
-    const auto found = over_aligned_.find(p);
-    if (found == over_aligned_.end()) return;  // not ours as an over-aligned block: freeing `p` would corrupt
-    base = found->second;
-    held += alignment - malloc_alignment;
-    over_aligned_.erase(found);
-  }
-  allocated_.fetch_sub(held, std::memory_order_relaxed);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const std::size_t padding = padding_for(alignment);
+  void* base = padding != 0 ? over_aligned_->take(p) : p;
+  allocated_.fetch_sub(bytes + padding, std::memory_order_relaxed);
   // Captured, or unknown (a legacy stream while another is captured): a replay
   // of the graph may still use the block, so it waits for release().
-  if (!detail::recover_from(cudaStreamIsCapturing(stream.get(), &capture)) || capture != cudaStreamCaptureStatusNone) {
+  if (detail::cuda_stream_ordering().is_capturing(stream)) {
     try {
       const std::lock_guard lock(mutex_);
       held_back_.push_back(base);
@@ -140,7 +122,7 @@ void device_malloc_resource::do_deallocate_async(void* p, std::size_t bytes, std
     }
     return;
   }
-  const relaxed_capture_mode relaxed;
+  const detail::relaxed_capture_scope relaxed;
   // Work queued on `stream` before the free may still use the block.
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaStreamSynchronize(stream.get()));
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFree(base));

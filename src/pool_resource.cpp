@@ -2,6 +2,7 @@
 // The pool-backed implementation shared by the device, pinned and managed kinds.
 #include "cudapmr/device_memory_resource.hpp"
 #include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/over_aligned_map.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
@@ -13,7 +14,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -107,27 +107,6 @@ const std::optional<int>& validated_preference(const std::optional<int>& preferr
 }  // namespace
 
 namespace detail {
-
-class over_aligned_map {
- public:
-  void insert(void* aligned, void* base) {
-    const std::lock_guard lock(mutex_);
-    bases_.emplace(aligned, base);
-  }
-  /// The pool's pointer for `aligned`, forgotten from now on; `aligned` itself if unknown.
-  void* take(void* aligned) noexcept {
-    const std::lock_guard lock(mutex_);
-    const auto found = bases_.find(aligned);
-    if (found == bases_.end()) return aligned;
-    void* base = found->second;
-    bases_.erase(found);
-    return base;
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<void*, void*> bases_;
-};
 
 namespace {
 /// The map of `pool`, shared by every resource over it (they compare equal, so
@@ -275,8 +254,7 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   if (bytes > std::numeric_limits<std::size_t>::max() - padding)
     throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
   void* base = allocate_from_pool(bytes + padding, alignment, stream);
-  const auto address = reinterpret_cast<std::uintptr_t>(base);
-  void* aligned = reinterpret_cast<void*>((address + alignment - 1) & ~(std::uintptr_t{alignment} - 1));
+  void* aligned = detail::align_up(base, alignment);
   try {
     over_aligned_->insert(aligned, base);
   } catch (...) {

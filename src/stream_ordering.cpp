@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/relaxed_capture_scope.hpp"
 
 #include "cudapmr/detail/driver_entry_point.hpp"
 #include "cudapmr/detail/synchronize.hpp"
@@ -43,11 +44,8 @@ class cuda_ordering final : public stream_ordering {
   bool has_completed(ordering_event event) noexcept override {
     // Relaxed capture mode: another thread's global-mode capture must not be
     // invalidated by this query, which has nothing to do with it.
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    static_cast<void>(recover_from(cudaThreadExchangeStreamCaptureMode(&mode)));
-    const cudaError_t status = cudaEventQuery(static_cast<pooled_event*>(event)->event);
-    static_cast<void>(recover_from(cudaThreadExchangeStreamCaptureMode(&mode)));
-    return recover_from(status);
+    const relaxed_capture_scope relaxed;
+    return recover_from(cudaEventQuery(static_cast<pooled_event*>(event)->event));
   }
 
   bool make_wait(stream_ref stream, ordering_event event) noexcept override {

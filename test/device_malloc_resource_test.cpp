@@ -22,6 +22,13 @@ bool is_allocated(const void* p) {
   return known && attributes.type == cudaMemoryTypeDevice;
 }
 
+/// Ends the capture on `stream`, which must still be valid, and drops its graph.
+void end_capture(const cudapmr::stream& stream) {
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the capture was broken";
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+}
+
 class DeviceMallocResource : public ::testing::Test {
  protected:
   void SetUp() override { CUDAPMR_REQUIRE_GPU(); }
@@ -86,9 +93,7 @@ TEST_F(DeviceMallocResource, AllocatesAndFreesWhileAnotherThreadCapturesInGlobal
     EXPECT_FALSE(is_allocated(p));
   });
   other.join();
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(captured.get(), &graph), cudaSuccess) << "the other thread's calls broke the capture";
-  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(end_capture(captured));
 }
 
 TEST_F(DeviceMallocResource, RefusesToAllocateOnACapturedStreamNamingTheCapture) {
@@ -103,9 +108,7 @@ TEST_F(DeviceMallocResource, RefusesToAllocateOnACapturedStreamNamingTheCapture)
     EXPECT_NE(std::string(error.what()).find("captured"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("1048576 bytes"), std::string::npos) << error.what();
   }
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the refusal broke the capture";
-  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(end_capture(stream));
 }
 
 TEST_F(DeviceMallocResource, AFreeOnACapturedStreamWaitsForRelease) {
@@ -114,9 +117,7 @@ TEST_F(DeviceMallocResource, AFreeOnACapturedStreamWaitsForRelease) {
   void* p = resource.allocate_async(mebibyte, stream);
   ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
   resource.deallocate_async(p, mebibyte, stream);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the free broke the capture";
-  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(end_capture(stream));
   EXPECT_TRUE(is_allocated(p)) << "freed while a replay of the graph could still use it";
   EXPECT_EQ(resource.allocated_bytes(), 0u);
   resource.release();
@@ -130,9 +131,7 @@ TEST_F(DeviceMallocResource, UnderACacheACapturedAllocationIsRefusedNotServedFro
   cache.deallocate_async(cache.allocate_async(mebibyte, stream), mebibyte, stream);  // one block cached
   ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
   EXPECT_THROW(static_cast<void>(cache.allocate_async(mebibyte, stream)), cuda_error);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
-  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(end_capture(stream));
   EXPECT_EQ(cache.statistics().hits, 0u);
   EXPECT_EQ(cache.statistics().upstream_reserved, mebibyte) << "the leaf's allocated bytes, as the cache sees them";
 }

@@ -9,12 +9,16 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace cudapmr {
+
+namespace detail {
+class over_aligned_map;
+}  // namespace detail
 
 /// Device memory of one GPU, one `cudaMalloc` per allocation. A CUDA pool
 /// reserves device memory in chunks of 32 MiB or more, so a program that
@@ -66,8 +70,8 @@ class device_malloc_resource final : public stream_ordered_resource {
   stream bound_stream_;
   std::atomic<std::size_t> allocated_{0};
   std::atomic<std::size_t> high_{0};
-  std::mutex mutex_;  // guards the two below
-  std::unordered_map<void*, void*> over_aligned_;  // aligned pointer -> cudaMalloc's pointer
+  std::unique_ptr<detail::over_aligned_map> over_aligned_;  // aligned pointer -> cudaMalloc's pointer
+  std::mutex mutex_;  // guards held_back_
   std::vector<void*> held_back_;  // cudaMalloc's pointers freed on captured streams
 };
 

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// The module cudapmr._cudapmr: cudapmr's resources, buffers and errors for Python.
+#include "bindings.hpp"
+
+#include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include <cudapmr/error.hpp>
+#include <cudapmr/version.hpp>
+
+namespace nb = nanobind;
+
+namespace cudapmr::python {
+namespace {
+
+/// Python's exceptions for cudapmr's: each keeps the C++ message, which names
+/// the bytes, the resource and CUDA's answer.
+void bind_errors(nb::module_& module) {
+  static nb::object out_of_memory_error = nb::borrow(nb::exception<cudapmr::out_of_memory>(
+      module, "OutOfMemoryError", PyExc_MemoryError));
+  static nb::object cuda_error_type = nb::borrow(nb::exception<cudapmr::cuda_error>(
+      module, "CudaError", PyExc_RuntimeError));
+  static nb::object misuse_error_type = nb::borrow(nb::exception<cudapmr::misuse_error>(
+      module, "MisuseError", PyExc_ValueError));
+  // The CUDA error number, for callers that branch on it.
+  nb::register_exception_translator([](const std::exception_ptr& error, void*) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const cudapmr::cuda_error& failure) {
+      nb::object instance = cuda_error_type(failure.what());
+      nb::setattr(instance, "error_code", nb::int_(static_cast<int>(failure.error())));
+      PyErr_SetObject(cuda_error_type.ptr(), instance.ptr());
+    } catch (const cudapmr::out_of_memory& failure) {
+      nb::object instance = out_of_memory_error(failure.what());
+      nb::setattr(instance, "requested_bytes", nb::int_(failure.requested_bytes()));
+      PyErr_SetObject(out_of_memory_error.ptr(), instance.ptr());
+    }
+  });
+}
+
+}  // namespace
+}  // namespace cudapmr::python
+
+NB_MODULE(_cudapmr, module) {
+  module.doc() = "cudapmr's memory resources, adaptors and buffers (the native part of the cudapmr package).";
+  module.attr("__version__") = CUDAPMR_VERSION_STRING;
+  // Buffers and resources that Python still holds at exit are not leaks of the bindings.
+  nb::set_leak_warnings(false);
+  cudapmr::python::bind_errors(module);
+  cudapmr::python::bind_streams(module);
+  cudapmr::python::bind_resources(module);
+  cudapmr::python::bind_buffer(module);
+  cudapmr::python::bind_torch_allocator(module);
+}

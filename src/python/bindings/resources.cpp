@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: Apache-2.0
+// The memory resources, their options and their statistics, as Python classes.
+#include "bindings.hpp"
+
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/limiting_adaptor.hpp>
+#include <cudapmr/adaptors/logging_adaptor.hpp>
+#include <cudapmr/adaptors/statistics_adaptor.hpp>
+#include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include <cudapmr/current_resource.hpp>
+#include <cudapmr/device_malloc_resource.hpp>
+#include <cudapmr/device_memory_resource.hpp>
+#include <cudapmr/host_memory_resource.hpp>
+#include <cudapmr/managed_memory_resource.hpp>
+#include <cudapmr/pinned_memory_resource.hpp>
+#include <cudapmr/pool_resource.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace cudapmr::python {
+namespace {
+
+std::string counter_repr(const usage_counter& counter) {
+  return "current=" + std::to_string(counter.current) + ", peak=" + std::to_string(counter.peak) +
+         ", total=" + std::to_string(counter.total);
+}
+
+std::string optional_repr(const std::optional<std::size_t>& value) {
+  return value ? std::to_string(*value) : std::string("None");
+}
+
+/// Constructs a pool kind over the default pool, or over an owned pool when options are given.
+template <class Resource, class Options>
+void construct_kind(Resource* self, const std::optional<Options>& options) {
+  if (options)
+    new (self) Resource(*options);
+  else
+    new (self) Resource();
+}
+
+void bind_statistics(nb::module_& module) {
+  nb::class_<pool_stats>(module, "PoolStatistics", "A snapshot of a CUDA pool's counters, in bytes.")
+      .def_ro("reserved_current", &pool_stats::reserved_current)
+      .def_ro("reserved_high", &pool_stats::reserved_high)
+      .def_ro("used_current", &pool_stats::used_current)
+      .def_ro("used_high", &pool_stats::used_high)
+      .def("__repr__", [](const pool_stats& stats) {
+        return "PoolStatistics(reserved_current=" + std::to_string(stats.reserved_current) +
+               ", reserved_high=" + std::to_string(stats.reserved_high) +
+               ", used_current=" + std::to_string(stats.used_current) +
+               ", used_high=" + std::to_string(stats.used_high) + ")";
+      });
+
+  nb::class_<usage_counter>(module, "UsageCounter", "One quantity: current, peak and total.")
+      .def_ro("current", &usage_counter::current)
+      .def_ro("peak", &usage_counter::peak)
+      .def_ro("total", &usage_counter::total)
+      .def("__eq__", [](const usage_counter& a, const usage_counter& b) { return a == b; })
+      .def("__repr__", [](const usage_counter& counter) { return "UsageCounter(" + counter_repr(counter) + ")"; });
+
+  nb::class_<resource_statistics>(module, "ResourceStatistics",
+                                  "Bytes (as requested) and allocations through a StatisticsAdaptor.")
+      .def_ro("bytes", &resource_statistics::bytes)
+      .def_ro("allocations", &resource_statistics::allocations)
+      .def("__eq__", [](const resource_statistics& a, const resource_statistics& b) { return a == b; })
+      .def("__repr__", [](const resource_statistics& stats) {
+        return "ResourceStatistics(bytes=(" + counter_repr(stats.bytes) + "), allocations=(" +
+               counter_repr(stats.allocations) + "))";
+      });
+
+  nb::class_<stream_statistics>(module, "StreamStatistics", "The counters of the events ordered on one stream.")
+      .def_prop_ro("stream", [](const stream_statistics& stats) { return stream_int(stats.stream); })
+      .def_ro("statistics", &stream_statistics::statistics);
+
+  nb::class_<cache_statistics>(module, "CacheStatistics", "What a CachingResource has done and holds.")
+      .def_ro("hits", &cache_statistics::hits)
+      .def_ro("misses", &cache_statistics::misses)
+      .def_ro("cached_bytes", &cache_statistics::cached_bytes)
+      .def_ro("cached_blocks", &cache_statistics::cached_blocks)
+      .def_ro("max_cached_bytes", &cache_statistics::max_cached_bytes)
+      .def_ro("events_recorded", &cache_statistics::events_recorded)
+      .def_ro("cross_stream_reuses", &cache_statistics::cross_stream_reuses)
+      .def_ro("upstream_reserved", &cache_statistics::upstream_reserved)
+      .def("__repr__", [](const cache_statistics& stats) {
+        return "CacheStatistics(hits=" + std::to_string(stats.hits) + ", misses=" + std::to_string(stats.misses) +
+               ", cached_bytes=" + std::to_string(stats.cached_bytes) +
+               ", cached_blocks=" + std::to_string(stats.cached_blocks) +
+               ", max_cached_bytes=" + std::to_string(stats.max_cached_bytes) +
+               ", upstream_reserved=" + optional_repr(stats.upstream_reserved) + ")";
+      });
+}
+
+/// The base class: what every resource and adaptor offers.
+void bind_base(nb::module_& module) {
+  nb::class_<stream_ordered_resource>(
+      module, "MemoryResource",
+      "A cudapmr memory resource: stream-ordered allocation of one kind of memory. Not constructed directly.")
+      .def(
+          "allocate",
+          [](nb::handle self, std::size_t bytes, nb::handle stream) {
+            return allocate_buffer(self, nb::cast<stream_ordered_resource&>(self), bytes, stream);
+          },
+          "nbytes"_a, nb::kw_only(), "stream"_a.none() = nb::none(), nb::rv_policy::take_ownership,
+          "A Buffer of `nbytes` allocated in stream order on `stream` (None: the legacy default stream).")
+      .def(
+          "allocate_raw",
+          [](stream_ordered_resource& self, std::size_t bytes, nb::handle stream, std::size_t alignment) {
+            return reinterpret_cast<std::uintptr_t>(self.allocate_async(bytes, alignment, stream_handle(stream)));
+          },
+          "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
+          "Allocates `nbytes` in stream order on `stream` and returns the address (an int).")
+      .def(
+          "deallocate_raw",
+          [](stream_ordered_resource& self, std::uintptr_t pointer, std::size_t bytes, nb::handle stream,
+             std::size_t alignment) {
+            self.deallocate_async(reinterpret_cast<void*>(pointer), bytes, alignment, stream_handle(stream));
+          },
+          "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
+          "Frees an address from allocate_raw in stream order on `stream`; sizes must match. Never raises for "
+          "the free itself.")
+      .def_prop_ro("kind", [](const stream_ordered_resource& self) { return std::string(to_string(self.kind())); },
+                   "\"device\", \"pinned\", \"managed\" or \"pageable\".")
+      .def_prop_ro("device_id", &stream_ordered_resource::device_id,
+                   "The device the memory belongs to; -1 where it belongs to no one device.")
+      .def_prop_ro("is_device_accessible", &stream_ordered_resource::is_device_accessible)
+      .def_prop_ro("is_host_accessible", &stream_ordered_resource::is_host_accessible)
+      .def_prop_ro("description", &stream_ordered_resource::description)
+      .def("__repr__",
+           [](const stream_ordered_resource& self) { return "<cudapmr " + self.description() + ">"; });
+}
+
+void bind_kinds(nb::module_& module) {
+  nb::class_<pool_resource, stream_ordered_resource>(module, "PoolResource",
+                                                     "A resource over one CUDA memory pool.")
+      .def_prop_ro("owns_pool", &pool_resource::owns_pool)
+      .def_prop_ro("pool_handle", [](const pool_resource& self) { return reinterpret_cast<std::uintptr_t>(self.pool()); })
+      .def("statistics", &pool_resource::stats, "The pool's counters, a PoolStatistics.")
+      .def("reset_peaks", &pool_resource::reset_peaks)
+      .def("trim_to", &pool_resource::trim_to, "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("cached_bytes", &pool_resource::cached_bytes)
+      .def("release_cached", &pool_resource::release_cached, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold);
+
+  nb::class_<device_pool_options>(module, "DeviceMemoryResourceOptions", "Options of an owned device pool.")
+      .def(
+          "__init__",
+          [](device_pool_options* self, std::size_t initial_size, std::size_t max_size,
+             std::size_t release_threshold, bool ipc_enabled) {
+            new (self) device_pool_options{initial_size, max_size, release_threshold, ipc_enabled};
+          },
+          nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
+          "ipc_enabled"_a = false)
+      .def_rw("initial_size", &device_pool_options::initial_size)
+      .def_rw("max_size", &device_pool_options::max_size)
+      .def_rw("release_threshold", &device_pool_options::release_threshold)
+      .def_rw("ipc_enabled", &device_pool_options::ipc_enabled);
+
+  nb::class_<pinned_pool_options>(module, "PinnedMemoryResourceOptions", "Options of an owned pinned host pool.")
+      .def(
+          "__init__",
+          [](pinned_pool_options* self, std::size_t initial_size, std::size_t max_size,
+             std::size_t release_threshold) {
+            new (self) pinned_pool_options{initial_size, max_size, release_threshold};
+          },
+          nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory)
+      .def_rw("initial_size", &pinned_pool_options::initial_size)
+      .def_rw("max_size", &pinned_pool_options::max_size)
+      .def_rw("release_threshold", &pinned_pool_options::release_threshold);
+
+  nb::class_<managed_pool_options>(module, "ManagedMemoryResourceOptions", "Options of an owned managed pool.")
+      .def(
+          "__init__",
+          [](managed_pool_options* self, std::size_t initial_size, std::size_t release_threshold,
+             std::optional<int> preferred_device) {
+            new (self) managed_pool_options{initial_size, release_threshold, preferred_device};
+          },
+          nb::kw_only(), "initial_size"_a = 0, "release_threshold"_a = keep_all_memory,
+          "preferred_device"_a.none() = nb::none())
+      .def_rw("initial_size", &managed_pool_options::initial_size)
+      .def_rw("release_threshold", &managed_pool_options::release_threshold)
+      .def_rw("preferred_device", &managed_pool_options::preferred_device);
+
+  nb::class_<device_memory_resource, pool_resource>(
+      module, "DeviceMemoryResource",
+      "Device memory of one GPU: the device's default pool, or an owned pool when options are given.")
+      .def(
+          "__init__",
+          [](device_memory_resource* self, int device, std::optional<device_pool_options> options) {
+            if (options)
+              new (self) device_memory_resource(device, *options);
+            else
+              new (self) device_memory_resource(device);
+          },
+          "device_id"_a = 0, "options"_a.none() = nb::none())
+      .def("enable_access_from", &device_memory_resource::enable_access_from, "device_id"_a)
+      .def("disable_access_from", &device_memory_resource::disable_access_from, "device_id"_a)
+      .def("is_accessible_from", &device_memory_resource::is_accessible_from, "device_id"_a);
+
+  nb::class_<pinned_memory_resource, pool_resource>(
+      module, "PinnedMemoryResource",
+      "Pinned host memory that every device reaches: the default pinned pool, or an owned one with options.")
+      .def("__init__", &construct_kind<pinned_memory_resource, pinned_pool_options>, "options"_a.none() = nb::none());
+
+  nb::class_<managed_memory_resource, pool_resource>(
+      module, "ManagedMemoryResource",
+      "Managed (unified) memory: the default managed pool, or an owned one with options.")
+      .def("__init__", &construct_kind<managed_memory_resource, managed_pool_options>, "options"_a.none() = nb::none());
+
+  nb::class_<host_memory_resource, stream_ordered_resource>(
+      module, "HostMemoryResource",
+      "Pageable host memory behind the same interface (no GPU needed); streams are accepted and ignored.")
+      .def(nb::init<std::size_t>(), "capacity"_a = std::numeric_limits<std::size_t>::max())
+      .def_prop_ro("used_bytes", &host_memory_resource::used_bytes)
+      .def_prop_ro("capacity", &host_memory_resource::capacity);
+
+  nb::class_<device_malloc_resource, stream_ordered_resource>(
+      module, "DeviceMallocResource", "Device memory from cudaMalloc, no pool: the frugal upstream of a cache.")
+      .def(nb::init<int>(), "device_id"_a = 0)
+      .def_prop_ro("allocated_bytes", &device_malloc_resource::allocated_bytes)
+      .def_prop_ro("allocated_bytes_high", &device_malloc_resource::allocated_bytes_high)
+      .def("release", &device_malloc_resource::release, nb::call_guard<nb::gil_scoped_release>());
+
+  module.def("default_device_resource", &default_device_resource, "device_id"_a = 0, nb::rv_policy::reference,
+             "The per-device default resource over the device's default pool (like Device.memory_resource).");
+}
+
+void bind_adaptors(nb::module_& module) {
+  nb::class_<resource_adaptor, stream_ordered_resource>(module, "ResourceAdaptor",
+                                                        "A resource over an upstream resource it keeps alive.")
+      .def_prop_ro("upstream", &resource_adaptor::upstream_resource, nb::rv_policy::reference_internal);
+
+  nb::class_<caching_resource, resource_adaptor>(
+      module, "CachingResource",
+      "A bounded cache of freed blocks by size class over any resource, shared between streams in a safe order.")
+      .def(
+          "__init__",
+          [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
+             std::size_t max_cached_bytes, bool check_capture) {
+            new (self) caching_resource(upstream, caching_options{max_cached_block, max_cached_bytes, check_capture});
+          },
+          "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
+          "max_cached_bytes"_a = caching_options{}.max_cached_bytes, "check_capture"_a = true,
+          nb::keep_alive<1, 2>())
+      .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
+      .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
+           "Hands every cached block back upstream.");
+
+  nb::class_<statistics_adaptor, resource_adaptor>(
+      module, "StatisticsAdaptor", "Counts bytes and allocations (current, peak, total), overall and per stream.")
+      .def(
+          "__init__",
+          [](statistics_adaptor* self, stream_ordered_resource& upstream, bool per_stream) {
+            new (self) statistics_adaptor(upstream, statistics_options{per_stream});
+          },
+          "upstream"_a, nb::kw_only(), "per_stream"_a = true, nb::keep_alive<1, 2>())
+      .def(
+          "statistics",
+          [](const statistics_adaptor& self, nb::handle stream) {
+            return stream.is_none() ? self.statistics() : self.statistics(stream_handle(stream));
+          },
+          "stream"_a.none() = nb::none(), "Counters over every stream, or of one stream.")
+      .def("per_stream", &statistics_adaptor::per_stream, "A list of StreamStatistics.")
+      .def("reset_peak", &statistics_adaptor::reset_peak);
+
+  nb::class_<limiting_adaptor, resource_adaptor>(module, "LimitingAdaptor",
+                                                 "Refuses allocations past a cap of bytes outstanding.")
+      .def(nb::init<stream_ordered_resource&, std::size_t>(), "upstream"_a, "cap"_a, nb::keep_alive<1, 2>())
+      .def_prop_ro("cap", &limiting_adaptor::cap)
+      .def_prop_ro("used_bytes", &limiting_adaptor::used_bytes);
+
+  nb::class_<tracking_adaptor, resource_adaptor>(
+      module, "TrackingAdaptor", "Remembers every outstanding allocation; reports leaks and bad frees.")
+      .def(
+          "__init__",
+          [](tracking_adaptor* self, stream_ordered_resource& upstream, bool capture_call_stacks,
+             std::size_t freed_history) {
+            tracking_options options;
+            options.capture_call_stacks = capture_call_stacks;
+            options.freed_history = freed_history;
+            new (self) tracking_adaptor(upstream, std::move(options));
+          },
+          "upstream"_a, nb::kw_only(), "capture_call_stacks"_a = false, "freed_history"_a = 4096,
+          nb::keep_alive<1, 2>())
+      .def(
+          "deallocate_checked",
+          [](tracking_adaptor& self, std::uintptr_t pointer, std::size_t bytes, nb::handle stream,
+             std::size_t alignment) {
+            self.deallocate_checked(reinterpret_cast<void*>(pointer), bytes, alignment, stream_handle(stream));
+          },
+          "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
+          "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")
+      .def_prop_ro("outstanding_count", &tracking_adaptor::outstanding_count)
+      .def_prop_ro("outstanding_bytes", &tracking_adaptor::outstanding_bytes)
+      .def("leak_report", &tracking_adaptor::leak_report);
+
+  nb::class_<logging_adaptor, resource_adaptor>(module, "LoggingAdaptor",
+                                                "Writes one CSV line per allocation event to a file.")
+      .def(
+          "__init__",
+          [](logging_adaptor* self, stream_ordered_resource& upstream, const std::string& path,
+             std::size_t buffer_bytes) {
+            new (self) logging_adaptor(upstream, std::filesystem::path(path), logging_options{buffer_bytes});
+          },
+          "upstream"_a, "path"_a, nb::kw_only(), "buffer_bytes"_a = logging_options{}.buffer_bytes,
+          nb::keep_alive<1, 2>())
+      .def("flush", &logging_adaptor::flush);
+}
+
+void bind_current_resource(nb::module_& module) {
+  module.def(
+      "_current_device_resource",
+      [](std::optional<int> device) -> stream_ordered_resource& {
+        return device ? current_device_resource(*device) : current_device_resource();
+      },
+      "device_id"_a.none() = nb::none(), nb::rv_policy::reference);
+  module.def(
+      "_set_current_device_resource",
+      [](stream_ordered_resource& resource, std::optional<int> device) -> stream_ordered_resource& {
+        return device ? set_current_device_resource(*device, resource) : set_current_device_resource(resource);
+      },
+      "resource"_a, "device_id"_a.none() = nb::none(), nb::rv_policy::reference);
+}
+
+}  // namespace
+
+void bind_resources(nb::module_& module) {
+  bind_statistics(module);
+  bind_base(module);
+  bind_kinds(module);
+  bind_adaptors(module);
+  bind_current_resource(module);
+}
+
+}  // namespace cudapmr::python

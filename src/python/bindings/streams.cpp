@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// Stream arguments from Python, and an owning stream for Python code.
+#include "bindings.hpp"
+
+#include <cudapmr/device.hpp>
+#include <cudapmr/error.hpp>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <string>
+
+namespace nb = nanobind;
+
+namespace cudapmr::python {
+namespace {
+
+/// An int as a handle. \throws nanobind::value_error for a negative one.
+cudaStream_t handle_from_int(nb::handle value) {
+  int overflow = 0;
+  const long long signed_value = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow == 0 && signed_value < 0)
+    throw nb::value_error(("stream handle " + std::to_string(signed_value) + " is negative").c_str());
+  const unsigned long long handle = PyLong_AsUnsignedLongLong(value.ptr());
+  if (PyErr_Occurred()) throw nb::python_error();
+  return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(handle));
+}
+
+/// The handle of an object that is no int: the stream protocol or a library's attribute.
+cudaStream_t handle_from_object(nb::handle stream) {
+  if (nb::hasattr(stream, "__cuda_stream__")) {
+    nb::object protocol = stream.attr("__cuda_stream__");
+    if (PyCallable_Check(protocol.ptr())) protocol = protocol();
+    return handle_from_int(nb::int_(protocol[1]));  // (version, handle)
+  }
+  for (const char* attribute : {"cuda_stream", "ptr", "handle"})
+    if (nb::hasattr(stream, attribute)) return handle_from_int(nb::int_(stream.attr(attribute)));
+  throw nb::type_error(("a stream must be None, an int handle, an object with __cuda_stream__, or a CuPy or "
+                        "PyTorch stream; got an object of type " +
+                        std::string(nb::type_name(stream.type()).c_str()))
+                           .c_str());
+}
+
+}  // namespace
+
+cudaStream_t stream_handle(nb::handle stream) {
+  if (stream.is_none()) return nullptr;
+  if (PyLong_CheckExact(stream.ptr())) return handle_from_int(stream);
+  return handle_from_object(stream);
+}
+
+void bind_streams(nb::module_& module) {
+  module.def(
+      "stream_handle", [](nb::handle stream) { return reinterpret_cast<std::uintptr_t>(stream_handle(stream)); },
+      nb::arg("stream").none(), "The CUDA stream handle (an int) that a stream argument names.");
+
+  nb::class_<cudapmr::stream>(module, "Stream",
+                              "An owning, non-blocking CUDA stream of one device; waits for its work when closed.")
+      .def(nb::init<int>(), nb::arg("device_id") = 0)
+      .def_prop_ro("handle", [](const cudapmr::stream& self) { return stream_int(self.ref()); })
+      .def_prop_ro("device_id", &cudapmr::stream::device)
+      .def("__cuda_stream__", [](const cudapmr::stream& self) { return std::make_tuple(0, stream_int(self.ref())); })
+      .def("synchronize", &cudapmr::stream::synchronize, nb::call_guard<nb::gil_scoped_release>())
+      .def("__int__", [](const cudapmr::stream& self) { return stream_int(self.ref()); })
+      .def("__repr__", [](const cudapmr::stream& self) {
+        return "<cudapmr.Stream " + std::to_string(stream_int(self.ref())) + " of device " +
+               std::to_string(self.device()) + ">";
+      });
+
+  module.def("device_count", &cudapmr::device::count, "The number of CUDA devices; 0 where there is none.");
+  module.def(
+      "device_name", [](int device) { return cudapmr::device(device).name(); }, nb::arg("device_id") = 0);
+  module.def(
+      "compute_capability",
+      [](int device) {
+        const auto capability = cudapmr::device(device).compute_capability();
+        return std::make_tuple(capability.major, capability.minor);
+      },
+      nb::arg("device_id") = 0, "(major, minor) of the device.");
+  module.def(
+      "device_attribute",
+      [](int device, int attribute) { return cudapmr::device(device).attribute(static_cast<cudaDeviceAttr>(attribute)); },
+      nb::arg("device_id"), nb::arg("attribute"), "A cudaDeviceAttr of the device, by its number.");
+  module.def(
+      "synchronize_device", [](int device) {
+        cudapmr::detail::scoped_device on(device);
+        CUDAPMR_CHECK(cudaDeviceSynchronize());
+      },
+      nb::arg("device_id") = 0, nb::call_guard<nb::gil_scoped_release>(), "Waits for all work on the device.");
+}
+
+}  // namespace cudapmr::python

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C entry points that torch.cuda.memory.CUDAPluggableAllocator loads from
+// this module's file: allocations of each device go to the cudapmr resource
+// registered for it from Python (cudapmr.torch). They live in the module
+// itself so that the registry is the one Python sets, with no second copy of
+// the library in the process.
+#include "bindings.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include <nanobind/stl/string.h>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace cudapmr::python {
+namespace {
+
+constexpr int max_devices = 64;
+
+/// The resource of each device; null where none is registered.
+std::array<std::atomic<stream_ordered_resource*>, max_devices> torch_resources{};
+
+/// The message of the last refused allocation, for Python to show.
+std::mutex last_error_mutex;
+std::string last_error;
+
+stream_ordered_resource* resource_of(int device) noexcept {
+  if (device < 0 || device >= max_devices) return nullptr;
+  return torch_resources[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+}
+
+void remember_failure(const std::string& message) noexcept {
+  try {
+    const std::lock_guard lock(last_error_mutex);
+    last_error = message;
+  } catch (...) {
+  }
+  std::fprintf(stderr, "cudapmr torch allocator: %s\n", message.c_str());
+}
+
+}  // namespace
+
+void bind_torch_allocator(nb::module_& module) {
+  module.def(
+      "_torch_set_resource",
+      [](int device, stream_ordered_resource* resource) {
+        if (device < 0 || device >= max_devices)
+          throw nb::value_error(("device " + std::to_string(device) + " is outside 0.." +
+                                 std::to_string(max_devices - 1))
+                                    .c_str());
+        torch_resources[static_cast<std::size_t>(device)].store(resource, std::memory_order_release);
+      },
+      "device_id"_a, "resource"_a.none());
+  module.def("_torch_last_error", [] {
+    const std::lock_guard lock(last_error_mutex);
+    return last_error;
+  });
+}
+
+}  // namespace cudapmr::python
+
+/// Allocates `bytes` on `device` in stream order on `stream` from the
+/// registered resource; null (with a message on stderr) when it refuses or
+/// none is registered. Never throws.
+extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std::size_t bytes, int device,
+                                                                              cudaStream_t stream) {
+  cudapmr::stream_ordered_resource* resource = cudapmr::python::resource_of(device);
+  if (resource == nullptr) {
+    cudapmr::python::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
+                                      " (cudapmr.torch.allocator(resource) registers one)");
+    return nullptr;
+  }
+  try {
+    return resource->allocate_async(bytes, stream);
+  } catch (const std::exception& error) {
+    cudapmr::python::remember_failure(error.what());
+  } catch (...) {
+    cudapmr::python::remember_failure("unknown error allocating " + std::to_string(bytes) + " bytes");
+  }
+  return nullptr;
+}
+
+/// Frees in stream order on `stream` what cudapmr_torch_malloc gave. Never throws.
+extern "C" __attribute__((visibility("default"))) void cudapmr_torch_free(void* pointer, std::size_t bytes,
+                                                                           int device, cudaStream_t stream) {
+  if (cudapmr::stream_ordered_resource* resource = cudapmr::python::resource_of(device))
+    resource->deallocate_async(pointer, bytes, stream);
+}

@@ -1,0 +1,50 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cudapmr from Python: CUDA memory kinds as memory resources, adaptors,
+stream-ordered buffers with DLPack, and plug-ins for cuda.core
+(``cudapmr.cuda_core``), CuPy (``cudapmr.cupy``) and PyTorch (``cudapmr.torch``).
+
+    import cudapmr
+    cache = cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))
+    with cache.allocate(1 << 20, stream=stream) as buffer:
+        array = cupy.from_dlpack(buffer)
+"""
+
+from ._cudapmr import (
+    Buffer,
+    CacheStatistics,
+    CachingResource,
+    CudaError,
+    DeviceMallocResource,
+    DeviceMemoryResource,
+    DeviceMemoryResourceOptions,
+    HostMemoryResource,
+    LimitingAdaptor,
+    LoggingAdaptor,
+    ManagedMemoryResource,
+    ManagedMemoryResourceOptions,
+    MemoryResource,
+    MisuseError,
+    OutOfMemoryError,
+    PinnedMemoryResource,
+    PinnedMemoryResourceOptions,
+    PoolResource,
+    PoolStatistics,
+    ResourceAdaptor,
+    ResourceStatistics,
+    StatisticsAdaptor,
+    Stream,
+    StreamStatistics,
+    TrackingAdaptor,
+    UsageCounter,
+    __version__,
+    compute_capability,
+    default_device_resource,
+    device_attribute,
+    device_count,
+    device_name,
+    stream_handle,
+    synchronize_device,
+)
+from ._current import get_current_device_resource, set_current_device_resource
+
+__all__ = [name for name in dir() if not name.startswith("_")] + ["__version__"]

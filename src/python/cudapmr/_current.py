@@ -1,0 +1,34 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The per-device current resource, kept alive while it is registered."""
+
+import threading
+
+from . import _cudapmr
+
+# The registry in C++ only refers to a resource; Python keeps it alive here.
+_registered = {}
+_lock = threading.Lock()
+
+
+def _device_or_current(device_id):
+    if device_id is not None:
+        return device_id
+    return _cudapmr._current_device_resource(None).device_id
+
+
+def get_current_device_resource(device_id=None):
+    """The resource registered for ``device_id`` (None: the current device);
+    until one is set, the device's default resource."""
+    return _cudapmr._current_device_resource(device_id)
+
+
+def set_current_device_resource(resource, device_id=None):
+    """Registers ``resource`` for ``device_id`` (None: the current device) and
+    returns the one it replaces. The resource stays alive while registered."""
+    if not isinstance(resource, _cudapmr.MemoryResource):
+        raise TypeError(f"set_current_device_resource needs a cudapmr.MemoryResource, not {type(resource).__name__}")
+    with _lock:
+        previous = _cudapmr._set_current_device_resource(resource, device_id)
+        key = device_id if device_id is not None else previous.device_id
+        _registered[key] = resource
+    return previous

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CuPy plug-in: allocators for ``cupy.cuda.set_allocator`` and
+``cupy.cuda.set_pinned_memory_allocator`` drawing from cudapmr resources.
+
+    cupy.cuda.set_allocator(cudapmr.cupy.allocator(cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))))
+    cupy.cuda.set_pinned_memory_allocator(cudapmr.cupy.pinned_allocator(cudapmr.PinnedMemoryResource()))
+
+Each allocation is made in stream order on CuPy's current stream and freed
+on that same stream when CuPy drops its last reference to the memory.
+"""
+
+import cupy as _cupy
+
+from ._cudapmr import MemoryResource as _CudapmrResource
+
+__all__ = ["allocator", "pinned_allocator"]
+
+
+class _Allocation:
+    """Memory CuPy holds: freed on its stream when the last reference goes."""
+
+    __slots__ = ("ptr", "size", "device_id", "_stream", "_deallocate")
+
+    def __init__(self, resource, size, stream):
+        self.ptr = resource.allocate_raw(size, stream)
+        self.size = size
+        self.device_id = resource.device_id
+        self._stream = stream
+        self._deallocate = resource.deallocate_raw
+
+    def __del__(self):
+        if self.ptr:
+            self._deallocate(self.ptr, self.size, self._stream)
+            self.ptr = 0
+
+
+def _require(resource, what):
+    if not isinstance(resource, _CudapmrResource):
+        raise TypeError(f"cudapmr.cupy.{what} needs a cudapmr resource, not {type(resource).__name__}")
+
+
+def allocator(resource):
+    """A function for ``cupy.cuda.set_allocator``: ``nbytes`` -> a
+    ``cupy.cuda.MemoryPointer`` into memory of ``resource`` (device or managed)."""
+    _require(resource, "allocator")
+    if not resource.is_device_accessible:
+        raise ValueError(f"cudapmr.cupy.allocator needs device-accessible memory; {resource.description} is not")
+    get_stream = _cupy.cuda.get_current_stream
+    unowned = _cupy.cuda.UnownedMemory
+    pointer = _cupy.cuda.MemoryPointer
+
+    def allocate(nbytes):
+        device = resource.device_id if resource.device_id >= 0 else _cupy.cuda.runtime.getDevice()
+        allocation = _Allocation(resource, nbytes, get_stream().ptr)
+        return pointer(unowned(allocation.ptr, nbytes, allocation, device), 0)
+
+    allocate.resource = resource
+    return allocate
+
+
+def pinned_allocator(resource):
+    """A function for ``cupy.cuda.set_pinned_memory_allocator``: ``nbytes`` ->
+    a ``cupy.cuda.PinnedMemoryPointer`` into host-accessible memory of
+    ``resource`` (pinned or managed), ready for the host when returned."""
+    _require(resource, "pinned_allocator")
+    if not resource.is_host_accessible:
+        raise ValueError(f"cudapmr.cupy.pinned_allocator needs host-accessible memory; {resource.description} is not")
+    pinned_pointer = _cupy.cuda.PinnedMemoryPointer
+
+    def allocate(nbytes):
+        # On the legacy default stream, then waited for: the host writes at once.
+        allocation = _Allocation(resource, nbytes, 0)
+        _cupy.cuda.runtime.streamSynchronize(0)
+        return pinned_pointer(allocation, 0)
+
+    allocate.resource = resource
+    return allocate

@@ -1,0 +1,236 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The GPU suite: the CUDA kinds, buffers across them, DLPack into NumPy,
+CuPy and PyTorch, the plug-ins and the errors. Skipped where no GPU exists."""
+
+import gc
+
+import pytest
+from conftest import gpu, needs
+
+import cudapmr
+
+pytestmark = gpu
+
+
+@pytest.fixture
+def stream():
+    owned = cudapmr.Stream(0)
+    yield owned
+    owned.synchronize()
+
+
+def host_bytes(buffer, stream):
+    out = bytearray(buffer.size)
+    buffer.copy_to(out, stream=stream)
+    stream.synchronize()
+    return bytes(out)
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda: cudapmr.DeviceMemoryResource(0), "device"),
+    (lambda: cudapmr.DeviceMemoryResource(0, cudapmr.DeviceMemoryResourceOptions()), "device"),
+    (cudapmr.PinnedMemoryResource, "pinned"),
+    (lambda: cudapmr.ManagedMemoryResource(cudapmr.ManagedMemoryResourceOptions(preferred_device=0)), "managed"),
+    (lambda: cudapmr.DeviceMallocResource(0), "device"),
+    (lambda: cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)), "device"),
+])
+def test_each_kind_allocates_fills_and_copies(make, kind, stream):
+    resource = make()
+    assert resource.kind == kind
+    with resource.allocate(1 << 16, stream=stream) as buffer:
+        assert buffer.handle % 256 == 0
+        buffer.fill(0x5A, stream=stream)
+        assert host_bytes(buffer, stream) == b"\x5a" * (1 << 16)
+        buffer.copy_from(bytes(range(256)) * 256, stream=stream)
+        assert host_bytes(buffer, stream) == bytes(range(256)) * 256
+        buffer.close(stream)
+
+
+def test_pool_statistics_follow_allocations(stream):
+    pool = cudapmr.DeviceMemoryResource(0, cudapmr.DeviceMemoryResourceOptions())
+    assert pool.owns_pool
+    with pool.allocate(1 << 20, stream=stream):
+        stats = pool.statistics()
+        assert stats.used_current >= 1 << 20 and stats.reserved_current >= stats.used_current
+    stream.synchronize()
+    pool.trim_to(0)
+    assert pool.statistics().used_current == 0
+
+
+def test_caching_resource_statistics_and_raw_path(stream):
+    cache = cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))
+    for _ in range(10):
+        cache.deallocate_raw(cache.allocate_raw(256, stream), 256, stream)
+    stats = cache.statistics()
+    assert stats.hits >= 9 and stats.misses >= 1 and stats.cached_bytes >= 256
+    cache.release()
+    assert cache.statistics().cached_bytes == 0
+
+
+def test_buffers_copy_across_kinds(stream):
+    device = cudapmr.DeviceMemoryResource(0).allocate(4096, stream=stream)
+    pinned = cudapmr.PinnedMemoryResource().allocate(4096, stream=stream)
+    pinned.fill(7, stream=stream)
+    device.copy_from(pinned, stream=stream)
+    back = device.copy_to(stream=stream)
+    assert back.kind == "device"
+    assert host_bytes(back, stream) == b"\x07" * 4096
+    for buffer in (device, pinned, back):
+        buffer.close(stream)
+
+
+def test_out_of_memory_names_bytes_resource_and_cuda(stream):
+    small = cudapmr.DeviceMemoryResource(0, cudapmr.DeviceMemoryResourceOptions(max_size=64 << 20))
+    with pytest.raises(cudapmr.OutOfMemoryError) as failure:
+        small.allocate(1 << 30, stream=stream)
+    message = str(failure.value)
+    assert str(1 << 30) in message and "device_memory_resource" in message
+    assert failure.value.requested_bytes == 1 << 30
+    with small.allocate(1 << 20, stream=stream) as buffer:  # still works afterwards
+        buffer.close(stream)
+
+
+def test_default_and_current_resources():
+    default = cudapmr.default_device_resource(0)
+    assert default is cudapmr.default_device_resource(0)
+    assert cudapmr.get_current_device_resource(0) is default
+    counted = cudapmr.StatisticsAdaptor(cudapmr.DeviceMemoryResource(0))
+    previous = cudapmr.set_current_device_resource(counted, 0)
+    try:
+        assert cudapmr.get_current_device_resource(0) is counted
+    finally:
+        cudapmr.set_current_device_resource(previous, 0)
+
+
+def test_dlpack_devices_of_each_kind(stream):
+    cases = [(cudapmr.DeviceMemoryResource(0), (2, 0)), (cudapmr.PinnedMemoryResource(), (3, 0)),
+             (cudapmr.ManagedMemoryResource(), (13, 0))]
+    for resource, device in cases:
+        with resource.allocate(16, stream=stream) as buffer:
+            assert buffer.__dlpack_device__() == device
+
+
+@pytest.mark.parametrize("make", [cudapmr.PinnedMemoryResource, cudapmr.ManagedMemoryResource])
+def test_numpy_sees_host_accessible_memory(make, stream):
+    np = needs("numpy")
+    with make().allocate(1024, stream=stream) as buffer:
+        buffer.fill(3, stream=stream)
+        array = np.from_dlpack(buffer)  # no stream: the buffer's stream is waited for
+        assert array.ctypes.data == buffer.handle and (array == 3).all()
+        array[:] = 4
+        assert host_bytes(buffer, stream) == b"\x04" * 1024
+        del array
+
+
+def test_cupy_sees_device_memory_on_its_stream(stream):
+    cupy = needs("cupy")
+    with cudapmr.DeviceMemoryResource(0).allocate(1 << 20, stream=stream) as buffer:
+        buffer.fill(9, stream=stream)
+        consumer = cupy.cuda.Stream(non_blocking=True)
+        with consumer:
+            array = cupy.from_dlpack(buffer)  # ordered after the fill by an event
+            assert array.data.ptr == buffer.handle
+            assert int((array == 9).sum()) == 1 << 20
+            array.fill(1)
+        consumer.synchronize()
+        assert host_bytes(buffer, stream) == b"\x01" * (1 << 20)
+        del array
+
+
+def test_torch_sees_device_memory(stream):
+    torch = needs("torch")
+    with cudapmr.DeviceMemoryResource(0).allocate(4096, stream=stream) as buffer:
+        buffer.fill(2, stream=stream)
+        tensor = torch.from_dlpack(buffer)
+        assert tensor.device.type == "cuda" and tensor.data_ptr() == buffer.handle
+        assert int(tensor.sum()) == 2 * 4096
+        tensor.fill_(6)
+        torch.cuda.synchronize()
+        assert host_bytes(buffer, stream) == b"\x06" * 4096
+        del tensor
+
+
+def test_consumer_view_keeps_buffer_alive(stream):
+    cupy = needs("cupy")
+    pool = cudapmr.DeviceMemoryResource(0, cudapmr.DeviceMemoryResourceOptions())
+    buffer = pool.allocate(1 << 20, stream=stream)
+    buffer.fill(1, stream=stream)
+    array = cupy.from_dlpack(buffer)
+    del buffer
+    gc.collect()
+    assert int(array.sum()) == 1 << 20
+    del array
+    gc.collect()
+    stream.synchronize()
+    cupy.cuda.runtime.deviceSynchronize()
+    assert pool.statistics().used_current == 0
+
+
+def test_cuda_core_plugin_allocates_from_cudapmr():
+    core = needs("cuda.core")
+    from cudapmr.cuda_core import MemoryResource
+
+    device = core.Device(0)
+    device.set_current()
+    core_stream = device.create_stream()
+    counted = cudapmr.StatisticsAdaptor(cudapmr.DeviceMemoryResource(0))
+    resource = MemoryResource(counted)
+    assert resource.is_device_accessible and not resource.is_host_accessible and resource.device_id == 0
+    buffer = resource.allocate(1 << 20, stream=core_stream)
+    assert int(buffer.handle) != 0 and buffer.size == 1 << 20
+    assert counted.statistics().bytes.current == 1 << 20
+    buffer.close(core_stream)
+    core_stream.sync()
+    assert counted.statistics().bytes.current == 0
+    assert cudapmr.stream_handle(core_stream) == int(core_stream.handle)
+
+
+def test_cupy_allocators_draw_from_cudapmr():
+    cupy = needs("cupy")
+    import cudapmr.cupy as plugin
+
+    counted = cudapmr.StatisticsAdaptor(cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)))
+    pinned = cudapmr.StatisticsAdaptor(cudapmr.PinnedMemoryResource())
+    cupy.cuda.set_allocator(plugin.allocator(counted))
+    cupy.cuda.set_pinned_memory_allocator(plugin.pinned_allocator(pinned))
+    try:
+        array = cupy.arange(1 << 20, dtype=cupy.float32)
+        assert counted.statistics().bytes.current >= 4 << 20
+        assert float(array[-1]) == (1 << 20) - 1
+        host = cupy.asnumpy(array[:1024], blocking=True)
+        assert host[10] == 10
+        del array
+        gc.collect()
+        assert counted.statistics().bytes.current == 0
+    finally:
+        cupy.cuda.set_allocator(cupy.cuda.MemoryPool().malloc)
+        cupy.cuda.set_pinned_memory_allocator(cupy.cuda.PinnedMemoryPool().malloc)
+
+
+def test_torch_pluggable_allocator_with_mem_pool():
+    torch = needs("torch")
+    import cudapmr.torch as plugin
+
+    counted = cudapmr.StatisticsAdaptor(cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)))
+    allocator = plugin.allocator(counted)
+    pool = torch.cuda.MemPool(allocator.allocator())
+    with torch.cuda.use_mem_pool(pool):
+        tensor = torch.ones(1 << 20, device="cuda")
+    assert counted.statistics().bytes.peak >= 4 << 20
+    assert float(tensor.sum()) == float(1 << 20)
+    del tensor
+    torch.cuda.synchronize()
+    del pool
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert plugin.last_error() == ""
+
+
+def test_argument_errors_on_gpu(stream):
+    with pytest.raises(ValueError):
+        cudapmr.DeviceMemoryResource(cudapmr.device_count() + 5)
+    with cudapmr.DeviceMemoryResource(0).allocate(16, stream=stream) as buffer:
+        with pytest.raises(ValueError, match="managed"):
+            buffer.prefetch_to_host(stream=stream)
+        with pytest.raises(BufferError):
+            buffer.__dlpack__(dl_device=(1, 0))

@@ -1,0 +1,270 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What runs anywhere: the host resource, adaptors over it, buffers, DLPack
+into NumPy, stream arguments and argument checks."""
+
+import gc
+
+import pytest
+from conftest import needs, no_gpu
+
+import cudapmr
+
+
+@pytest.fixture
+def host():
+    return cudapmr.HostMemoryResource()
+
+
+def test_host_resource_describes_itself(host):
+    assert host.kind == "pageable"
+    assert host.device_id == -1
+    assert host.is_host_accessible and not host.is_device_accessible
+    assert "host_memory_resource" in repr(host)
+
+
+def test_raw_allocation_round_trip_counts_bytes(host):
+    pointer = host.allocate_raw(1000)
+    assert pointer % 256 == 0
+    assert host.used_bytes == 1000
+    host.deallocate_raw(pointer, 1000)
+    assert host.used_bytes == 0
+
+
+def test_zero_bytes_round_trip(host):
+    pointer = host.allocate_raw(0)
+    host.deallocate_raw(pointer, 0)
+    with host.allocate(0) as buffer:
+        assert buffer.size == 0
+
+
+def test_buffer_properties_and_close(host):
+    buffer = host.allocate(128, stream=None)
+    assert buffer.size == len(buffer) == 128
+    assert buffer.is_open and buffer.memory_resource is host
+    assert buffer.kind == "pageable" and buffer.is_host_accessible
+    buffer.close()
+    buffer.close()  # closing twice does nothing
+    assert not buffer.is_open and buffer.size == 0 and buffer.handle == 0
+    assert host.used_bytes == 0
+
+
+def test_buffer_context_manager_frees(host):
+    with host.allocate(64) as buffer:
+        assert host.used_bytes == 64
+    assert not buffer.is_open
+    assert host.used_bytes == 0
+
+
+def test_buffer_collected_frees(host):
+    buffer = host.allocate(64)
+    del buffer
+    gc.collect()
+    assert host.used_bytes == 0
+
+
+def test_closed_buffer_refuses_operations(host):
+    buffer = host.allocate(8)
+    buffer.close()
+    with pytest.raises(ValueError, match="fill"):
+        buffer.fill(1)
+    with pytest.raises(ValueError, match="__dlpack__"):
+        buffer.__dlpack__()
+
+
+def test_copies_to_and_from_host_objects(host):
+    with host.allocate(16) as buffer:
+        buffer.copy_from(bytes(range(16)))
+        out = bytearray(16)
+        assert buffer.copy_to(out) is out
+        assert out == bytes(range(16))
+        with pytest.raises(ValueError, match="16"):
+            buffer.copy_from(bytes(15))
+        with pytest.raises(ValueError):
+            buffer.copy_to(bytearray(17))
+        with pytest.raises(BufferError):
+            buffer.copy_to(bytes(16))  # read-only
+
+
+def test_copies_between_buffers(host):
+    with host.allocate(32) as source, host.allocate(32) as destination:
+        source.fill(0xAB)
+        source.copy_to(destination)
+        out = bytearray(32)
+        destination.copy_to(out)
+        assert out == b"\xab" * 32
+        fresh = source.copy_to()
+        assert fresh.size == 32 and fresh.memory_resource is host
+        fresh.close()
+        with host.allocate(16) as small, pytest.raises(ValueError):
+            small.copy_from(source)
+
+
+def test_fill_widths_and_checks(host):
+    with host.allocate(8) as buffer:
+        buffer.fill(0x01020304, 4)
+        out = bytearray(8)
+        buffer.copy_to(out)
+        assert out == (0x01020304).to_bytes(4, "little") * 2
+        with pytest.raises(ValueError, match="width 3"):
+            buffer.fill(0, 3)
+        with pytest.raises(ValueError, match="does not fit"):
+            buffer.fill(256, 1)
+    with host.allocate(6) as odd, pytest.raises(ValueError, match="6 bytes"):
+        odd.fill(0, 4)
+
+
+def test_dlpack_into_numpy_shares_memory(host):
+    np = needs("numpy")
+    with host.allocate(16) as buffer:
+        assert buffer.__dlpack_device__() == (1, 0)
+        array = np.from_dlpack(buffer)
+        assert array.dtype == np.uint8 and array.shape == (16,)
+        assert array.ctypes.data == buffer.handle
+        buffer.fill(5)
+        assert (array == 5).all()
+        array[:] = 9
+        out = bytearray(16)
+        buffer.copy_to(out)
+        assert out == b"\x09" * 16
+        del array
+
+
+def test_dlpack_capsule_versions(host):
+    with host.allocate(4) as buffer:
+        assert "dltensor_versioned" in repr(buffer.__dlpack__(max_version=(1, 0)))
+        assert "dltensor" in repr(buffer.__dlpack__(max_version=(0, 8)))
+        assert "dltensor" in repr(buffer.__dlpack__())
+    gc.collect()
+    assert host.used_bytes == 0  # unconsumed capsules let the buffer go
+
+
+def test_dlpack_refuses_copy_and_other_devices(host):
+    with host.allocate(4) as buffer:
+        with pytest.raises(BufferError, match="copy"):
+            buffer.__dlpack__(copy=True)
+        with pytest.raises(BufferError, match="not"):
+            buffer.__dlpack__(dl_device=(2, 0))
+
+
+def test_numpy_view_keeps_the_memory(host):
+    np = needs("numpy")
+    buffer = host.allocate(8)
+    buffer.fill(3)
+    array = np.from_dlpack(buffer)
+    del buffer
+    gc.collect()
+    assert host.used_bytes == 8 and (array == 3).all()
+    del array
+    gc.collect()
+    assert host.used_bytes == 0
+
+
+class ProtocolStream:
+    def __init__(self, handle):
+        self.handle_value = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle_value)
+
+
+class CupyLikeStream:
+    ptr = 1234
+
+
+def test_stream_arguments():
+    assert cudapmr.stream_handle(None) == 0
+    assert cudapmr.stream_handle(77) == 77
+    assert cudapmr.stream_handle(ProtocolStream(99)) == 99
+    assert cudapmr.stream_handle(CupyLikeStream()) == 1234
+    with pytest.raises(ValueError, match="-5"):
+        cudapmr.stream_handle(-5)
+    with pytest.raises(TypeError, match="str"):
+        cudapmr.stream_handle("stream")
+
+
+def test_statistics_adaptor_counts(host):
+    counted = cudapmr.StatisticsAdaptor(host)
+    pointer = counted.allocate_raw(100, 5)
+    with counted.allocate(50, stream=7):
+        stats = counted.statistics()
+        assert stats.bytes.current == 150 and stats.allocations.current == 2
+    counted.deallocate_raw(pointer, 100, 5)
+    stats = counted.statistics()
+    assert (stats.bytes.current, stats.bytes.peak, stats.bytes.total) == (0, 150, 150)
+    assert counted.statistics(stream=5).bytes.total == 100
+    assert {entry.stream for entry in counted.per_stream()} == {5, 7}
+    counted.reset_peak()
+    assert counted.statistics().bytes.peak == 0
+    assert counted.upstream is host
+
+
+def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
+    limited = cudapmr.LimitingAdaptor(host, 1000)
+    kept = limited.allocate_raw(800)
+    with pytest.raises(cudapmr.OutOfMemoryError, match="300 bytes") as failure:
+        limited.allocate_raw(300)
+    assert isinstance(failure.value, MemoryError)
+    assert failure.value.requested_bytes == 300
+    assert "limiting_adaptor" in str(failure.value)
+    limited.deallocate_raw(kept, 800)
+    limited.deallocate_raw(limited.allocate_raw(300), 300)  # works again after exhaustion
+    assert limited.used_bytes == 0 and limited.cap == 1000
+
+
+def test_host_capacity_exhaustion(host):
+    small = cudapmr.HostMemoryResource(capacity=64)
+    with pytest.raises(cudapmr.OutOfMemoryError):
+        small.allocate(65)
+
+
+def test_tracking_adaptor_reports_leaks_and_bad_frees(host):
+    tracked = cudapmr.TrackingAdaptor(host)
+    pointer = tracked.allocate_raw(64)
+    assert tracked.outstanding_count == 1 and tracked.outstanding_bytes == 64
+    assert "64" in tracked.leak_report()
+    with pytest.raises(cudapmr.MisuseError, match="wrong size"):
+        tracked.deallocate_checked(pointer, 32)
+    tracked.deallocate_checked(pointer, 64)
+    with pytest.raises(cudapmr.MisuseError, match="double free"):
+        tracked.deallocate_checked(pointer, 64)
+    assert tracked.outstanding_count == 0
+
+
+def test_logging_adaptor_writes_csv(host, tmp_path):
+    path = tmp_path / "log.csv"
+    logged = cudapmr.LoggingAdaptor(host, str(path))
+    logged.deallocate_raw(logged.allocate_raw(256), 256)
+    logged.flush()
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("sequence,time_ns")
+    assert [line.split(",")[3] for line in lines[1:]] == ["allocate", "deallocate"]
+
+
+def test_adaptors_keep_their_upstream_alive():
+    counted = cudapmr.StatisticsAdaptor(cudapmr.HostMemoryResource())
+    gc.collect()
+    with counted.allocate(16) as buffer:
+        assert buffer.size == 16
+    assert counted.upstream.kind == "pageable"
+
+
+def test_bad_alignment_names_the_value(host):
+    with pytest.raises(ValueError, match="alignment 3"):
+        host.allocate_raw(10, alignment=3)
+
+
+def test_options_objects():
+    options = cudapmr.DeviceMemoryResourceOptions(max_size=1 << 20, initial_size=4096)
+    assert options.max_size == 1 << 20 and options.initial_size == 4096 and not options.ipc_enabled
+    managed = cudapmr.ManagedMemoryResourceOptions(preferred_device=0)
+    assert managed.preferred_device == 0
+    assert cudapmr.PinnedMemoryResourceOptions().max_size == 0
+
+
+@no_gpu
+def test_without_a_gpu_cuda_resources_say_so():
+    assert cudapmr.device_count() == 0
+    for make in (lambda: cudapmr.DeviceMemoryResource(0), cudapmr.PinnedMemoryResource,
+                 cudapmr.ManagedMemoryResource, lambda: cudapmr.default_device_resource(0), lambda: cudapmr.Stream(0)):
+        with pytest.raises(cudapmr.CudaError, match="no CUDA device was found"):
+            make()

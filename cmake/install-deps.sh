@@ -3,7 +3,7 @@
 # Installs the Debian packages cudapmr builds with, where they are missing.
 # The CUDA toolkit itself is expected at /usr/local/cuda.
 set -euo pipefail
-# libdlpack-dev: DLPack's header; libcli11-dev: the programs' command lines; python3-numpy: the host check of the DLPack capsule;
+# libdlpack-dev: DLPack's header; libcli11-dev: the programs' command lines; python3-numpy: the Python package's host tests;
 # clang-14 and libclang-rt-14-dev (libFuzzer, clang's sanitizers): the fuzzer CI runs (test/fuzz).
 packages=(cmake g++ make libfmt-dev libgtest-dev libbenchmark-dev libdlpack-dev libcli11-dev python3-numpy
           clang-14 libclang-rt-14-dev)

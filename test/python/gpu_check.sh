@@ -14,20 +14,27 @@ mkdir -p "$out"
 cd "$(dirname "$0")/../.."
 wheels=$(cd "$wheels" && pwd)
 
-# A venv that sees the system's packages; where python3-venv is missing, the user site.
-venv=${CUDAPMR_VENV:-/tmp/cudapmr-venv}
-pip_extra=()
-if python3 -m venv --system-site-packages "$venv" >"$out/venv.log" 2>&1; then
-  python=$venv/bin/python
-else
-  python=python3
-  pip_extra=(--user --break-system-packages)
-fi
 summary=()
 verdict() { summary+=("$(printf '%-10s %s' "$1" "$2")"); }
 
-"$python" -m pip install "${pip_extra[@]}" --no-index --find-links "$wheels" nanobind scikit-build-core pytest >"$out/pip-tools.log" 2>&1
-verdict "$([[ $? == 0 ]] && echo ok || echo FAILED)" "install nanobind, scikit-build-core, pytest from $wheels"
+# Where python3 already has the build tools and pytest (an image with them), it
+# is used as it is: a venv made from a venv would not see that venv's packages.
+# Otherwise a venv that sees the system's packages, or the user site.
+pip_extra=()
+if python3 -c 'import nanobind, scikit_build_core, pytest' >/dev/null 2>&1; then
+  python=python3
+  verdict ok "nanobind, scikit-build-core and pytest already installed"
+else
+  venv=${CUDAPMR_VENV:-/tmp/cudapmr-venv}
+  if python3 -m venv --system-site-packages "$venv" >"$out/venv.log" 2>&1; then
+    python=$venv/bin/python
+  else
+    python=python3
+    pip_extra=(--user --break-system-packages)
+  fi
+  "$python" -m pip install "${pip_extra[@]}" --no-index --find-links "$wheels" nanobind scikit-build-core pytest >"$out/pip-tools.log" 2>&1
+  verdict "$([[ $? == 0 ]] && echo ok || echo FAILED)" "install nanobind, scikit-build-core, pytest from $wheels"
+fi
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16} CMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90}
 start=$SECONDS

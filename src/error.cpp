@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/error.hpp"
 
+#include "cudapmr/memory_snapshot.hpp"
+
 #include <fmt/format.h>
+
+#include <utility>
 
 namespace cudapmr {
 namespace {
@@ -38,6 +42,11 @@ out_of_memory::out_of_memory(std::size_t bytes, std::size_t alignment, std::stri
     : bytes_(bytes),
       message_(fmt::format("out of memory: {} could not allocate {} bytes (alignment {}): {}", resource, bytes,
                            alignment, reason)) {}
+
+out_of_memory::out_of_memory(const out_of_memory& refusal, std::shared_ptr<const out_of_memory_report> report)
+    : std::bad_alloc(refusal), bytes_(refusal.bytes_), message_(refusal.message_), report_(std::move(report)) {
+  if (report_) message_ += "\n" + report_->text;
+}
 
 namespace detail {
 

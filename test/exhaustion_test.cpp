@@ -3,13 +3,18 @@
 // allocation fails: every further request throws out_of_memory naming what
 // was asked, no CUDA error is left behind, memory freed is allocated again,
 // and the data in the blocks that stayed is intact. Device memory only:
-// managed memory is never oversubscribed (it can stall the GPU).
+// managed memory is never oversubscribed (it can stall the GPU). Through a
+// history_adaptor, the refusal explains itself: its report is printed and
+// its fields checked.
 #include "support/resource_cases.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cudapmr/memory_snapshot.hpp>
+
 #include <cstdint>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -180,6 +185,82 @@ TEST(Exhaustion, CappedPinnedPoolRefusesEveryRequestAndRecovers) {
   CUDAPMR_REQUIRE_GPU();
   pinned_memory_resource pool(pinned_pool_options{.max_size = gibibyte});
   exhaust_and_recover(pool, {64 * mebibyte, 2 * mebibyte});
+}
+
+/// Fills `top` with `block`-byte allocations, alternating `streams`, until it
+/// refuses; prints the refusal with its report and returns the report. The
+/// blocks stay allocated in `held`.
+out_of_memory_report fill_until_explained_refusal(stream_ordered_resource& top, std::size_t block,
+                                                  const std::vector<stream_ref>& streams,
+                                                  std::vector<std::pair<void*, stream_ref>>& held) {
+  for (std::size_t i = 0;; ++i) {
+    const stream_ref stream = streams[i % streams.size()];
+    try {
+      held.emplace_back(top.allocate_async(block, stream), stream);
+    } catch (const out_of_memory& error) {
+      std::cout << "provoked " << error.what() << '\n';
+      EXPECT_EQ(error.requested_bytes(), block);
+      if (error.report() == nullptr) {
+        ADD_FAILURE() << "the refusal through a history_adaptor carried no report";
+        return {};
+      }
+      return *error.report();
+    }
+  }
+}
+
+/// The fields every report of such a fill must have.
+void expect_report_of_fill(const out_of_memory_report& report, std::size_t block, std::size_t blocks_held,
+                           const std::vector<stream_ref>& streams) {
+  EXPECT_EQ(report.requested_bytes, block);
+  EXPECT_EQ(report.alignment, default_alignment);
+  EXPECT_EQ(report.live_blocks, blocks_held);
+  EXPECT_EQ(report.live_bytes, blocks_held * block);
+  EXPECT_TRUE(report.live_complete);
+  ASSERT_EQ(report.top_streams.size(), std::min(streams.size(), blocks_held));
+  EXPECT_GE(report.top_streams[0].bytes, report.top_streams.back().bytes) << "largest holder first";
+  ASSERT_FALSE(report.top_call_sites.empty());
+  EXPECT_EQ(report.top_call_sites[0].bytes, blocks_held * block) << "every block came from one place";
+  EXPECT_EQ(report.top_call_sites[0].call_site.find("unknown"), std::string::npos) << "call stacks were captured";
+  ASSERT_GE(report.state.resources.size(), 3u);
+  EXPECT_EQ(report.state.resources[0].name, "history_adaptor");
+  EXPECT_EQ(report.state.resources[1].name, "caching_resource");
+  for (const char* part : {"out-of-memory report", "live: ", "resources, top first:", "caching_resource"})
+    EXPECT_NE(report.text.find(part), std::string::npos) << report.text;
+}
+
+TEST(Exhaustion, HostStackRefusalCarriesItsReport) {
+  host_memory_resource leaf(8 * mebibyte);
+  caching_resource cache(leaf);
+  history_adaptor history(cache, {.capture_call_stacks = true});
+  const std::vector<stream_ref> streams{stream_ref(reinterpret_cast<cudaStream_t>(0x1000)),
+                                        stream_ref(reinterpret_cast<cudaStream_t>(0x2000))};
+  std::vector<std::pair<void*, stream_ref>> held;
+  const out_of_memory_report report = fill_until_explained_refusal(history, mebibyte, streams, held);
+  expect_report_of_fill(report, mebibyte, held.size(), streams);
+  EXPECT_EQ(held.size(), 8u);
+  EXPECT_TRUE(report.refused_by_cap) << "the host resource's capacity is full of live blocks";
+  EXPECT_FALSE(report.trimming_would_make_room);
+  EXPECT_FALSE(report.device_free_bytes.has_value()) << "pageable memory is no device's";
+  for (const auto& [p, stream] : held) history.deallocate_async(p, mebibyte, stream);
+}
+
+TEST(Exhaustion, DevicePoolRefusalCarriesItsReportWithTheDevicesFreeMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource pool(0, device_pool_options{.max_size = 64 * mebibyte});
+  caching_resource cache(pool);
+  history_adaptor history(cache, {.capture_call_stacks = true});
+  const cudapmr::stream first(0);
+  const cudapmr::stream second(0);
+  const std::vector<stream_ref> streams{first.ref(), second.ref()};
+  std::vector<std::pair<void*, stream_ref>> held;
+  const out_of_memory_report report = fill_until_explained_refusal(history, 4 * mebibyte, streams, held);
+  expect_report_of_fill(report, 4 * mebibyte, held.size(), streams);
+  EXPECT_TRUE(report.device_free_bytes.has_value());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the report left a CUDA error behind";
+  for (const auto& [p, stream] : held) history.deallocate_async(p, 4 * mebibyte, stream);
+  first.synchronize();
+  second.synchronize();
 }
 
 }  // namespace

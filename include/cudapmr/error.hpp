@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
 #include <new>
 #include <string>
 #include <system_error>
@@ -28,6 +29,8 @@ class cuda_error : public std::system_error {
   [[nodiscard]] cudaError_t error() const noexcept { return static_cast<cudaError_t>(code().value()); }
 };
 
+struct out_of_memory_report;
+
 /// A resource could not satisfy a request. Derives from `std::bad_alloc`, as
 /// the `std::pmr::memory_resource` contract requires.
 class out_of_memory : public std::bad_alloc {
@@ -37,14 +40,20 @@ class out_of_memory : public std::bad_alloc {
   /// \param resource the resource that refused ("device_memory_resource (device 0)").
   /// \param reason why, usually CUDA's answer.
   out_of_memory(std::size_t bytes, std::size_t alignment, std::string resource, std::string reason);
+  /// The same refusal, explained: `what()` adds the report's text
+  /// (`<cudapmr/memory_snapshot.hpp>` defines the report).
+  out_of_memory(const out_of_memory& refusal, std::shared_ptr<const out_of_memory_report> report);
 
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
   /// The size of the request that failed.
   [[nodiscard]] std::size_t requested_bytes() const noexcept { return bytes_; }
+  /// What the observing stack saw at the refusal; null where no history_adaptor explained it.
+  [[nodiscard]] const out_of_memory_report* report() const noexcept { return report_.get(); }
 
  private:
   std::size_t bytes_;
   std::string message_;
+  std::shared_ptr<const out_of_memory_report> report_;
 };
 
 /// True when `error` means that no usable CUDA device or driver exists.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/tracking_adaptor.hpp"
 
+#include "cudapmr/detail/call_stack.hpp"
 #include "cudapmr/detail/thread_ordinal.hpp"
 #include "cudapmr/interop/format.hpp"
 
@@ -8,52 +9,15 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
 #include <utility>
-
-#if __has_include(<execinfo.h>)
-#include <execinfo.h>
-#define CUDAPMR_HAVE_BACKTRACE 1
-#else
-#define CUDAPMR_HAVE_BACKTRACE 0
-#endif
 
 namespace cudapmr {
 namespace {
 
-/// The frames of this function, do_allocate_async and allocate_async, which
-/// every captured stack would otherwise start with.
-constexpr int internal_frames = 3;
+/// The frames of do_allocate_async and allocate_async, which every captured
+/// stack would otherwise start with.
+constexpr int internal_frames = 2;
 constexpr int max_frames = 64;
-
-[[gnu::noinline]] std::vector<void*> capture_call_stack() {
-#if CUDAPMR_HAVE_BACKTRACE
-  void* frames[max_frames];
-  const int depth = ::backtrace(frames, max_frames);
-  if (depth <= internal_frames) return {};
-  return {frames + internal_frames, frames + depth};
-#else
-  return {};
-#endif
-}
-
-/// One line per frame: glibc's "binary(function+offset) [address]".
-std::string symbolize(const std::vector<void*>& call_stack, std::string_view indent) {
-  std::string lines;
-#if CUDAPMR_HAVE_BACKTRACE
-  const std::unique_ptr<char*, decltype(&std::free)> symbols(
-      ::backtrace_symbols(call_stack.data(), static_cast<int>(call_stack.size())), &std::free);
-  for (std::size_t i = 0; i < call_stack.size(); ++i) {
-    if (symbols) fmt::format_to(std::back_inserter(lines), "{}at {}\n", indent, symbols.get()[i]);
-    else fmt::format_to(std::back_inserter(lines), "{}at {}\n", indent, call_stack[i]);
-  }
-#else
-  static_cast<void>(call_stack);
-  static_cast<void>(indent);
-#endif
-  return lines;
-}
 
 /// "allocation #5 of 1024 bytes (alignment 256) on stream 0x0 by thread 2".
 std::string describe_allocation(const allocation_record& record) {
@@ -107,14 +71,14 @@ tracking_adaptor::tracking_adaptor(stream_ordered_resource& upstream, tracking_o
 
 void* tracking_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   std::vector<void*> call_stack;
-  if (options_.capture_call_stacks) call_stack = capture_call_stack();
+  if (options_.capture_call_stacks) call_stack = detail::capture_call_stack(internal_frames, max_frames);
   void* p = upstream_resource().allocate_async(bytes, alignment, stream);
   if (p == nullptr) return p;  // zero bytes: nothing to free, nothing to track
   try {
     const std::lock_guard lock(mutex_);
     freed_.erase(p);  // the address is live again: a free of it is no longer a double free
     live_.insert_or_assign(p, allocation_record{p, bytes, alignment, stream, detail::thread_ordinal(),
-                                                next_sequence_++, std::move(call_stack)});
+                                                next_sequence_++, 0, std::move(call_stack)});
     outstanding_bytes_ += bytes;
   } catch (...) {
     upstream_resource().deallocate_async(p, bytes, alignment, stream);
@@ -217,7 +181,7 @@ std::string tracking_adaptor::leak_report() const {
                                    records.size() == 1 ? "" : "s", human_bytes(bytes));
   for (const allocation_record& record : records) {
     fmt::format_to(std::back_inserter(report), "  {} at {}\n", describe_allocation(record), fmt::ptr(record.pointer));
-    report += symbolize(record.call_stack, "      ");
+    report += detail::symbolize(record.call_stack, "      ");
   }
   return report;
 }

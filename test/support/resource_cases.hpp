@@ -121,6 +121,12 @@ struct failure_callback_maker {
   }
 };
 
+struct history_maker {
+  static history_adaptor make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return history_adaptor(upstream, {.capacity = 1024, .capture_call_stacks = true});
+  }
+};
+
 struct caching_maker {
   static caching_resource make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
     return caching_resource(upstream);

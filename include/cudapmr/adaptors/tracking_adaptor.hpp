@@ -20,7 +20,8 @@
 
 namespace cudapmr {
 
-/// One allocation handed out by a tracking_adaptor.
+/// One allocation handed out and not yet freed, as a tracking_adaptor or a
+/// history_adaptor records it.
 struct allocation_record {
   void* pointer = nullptr;
   std::size_t bytes = 0;
@@ -29,8 +30,11 @@ struct allocation_record {
   stream_ref stream;
   /// `detail::thread_ordinal()` of the allocating thread.
   std::uint64_t thread = 0;
-  /// Its place among all the adaptor's allocations, from 1.
+  /// Its place among all the adaptor's allocations (or events), from 1.
   std::uint64_t sequence = 0;
+  /// When it was allocated (steady clock, ns); 0 where the recorder keeps no
+  /// time (a tracking_adaptor does not).
+  std::uint64_t time_ns = 0;
   /// Return addresses, innermost first; empty unless call stacks are captured.
   std::vector<void*> call_stack;
 };

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// history_adaptor: the events it records and keeps, its ring's bound, its
+// annotations, and the report an out_of_memory carries through it.
+#include "support/resource_contract.hpp"
+#include "support/resource_cases.hpp"
+
+#include <cudapmr/adaptors/history_adaptor.hpp>
+#include <cudapmr/detail/thread_ordinal.hpp>
+#include <cudapmr/memory_snapshot.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cudapmr::test {
+namespace {
+
+cudaStream_t fake_stream(std::uintptr_t id) { return reinterpret_cast<cudaStream_t>(id * 0x1000); }
+
+TEST(HistoryAdaptor, RecordsEachAllocationAndFreeInOrder) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream);
+  void* p = history.allocate_async(100, 64, fake_stream(1));
+  history.deallocate_async(p, 100, 64, fake_stream(2));
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 3u) << "allocate, free, and free_completed (pageable memory frees at once)";
+  EXPECT_EQ(events[0].action, history_action::allocate);
+  EXPECT_EQ(events[0].pointer, p);
+  EXPECT_EQ(events[0].bytes, 100u);
+  EXPECT_EQ(events[0].alignment, 64u);
+  EXPECT_EQ(events[0].stream, stream_ref(fake_stream(1)));
+  EXPECT_EQ(events[0].thread, detail::thread_ordinal());
+  EXPECT_EQ(events[0].sequence, 1u);
+  EXPECT_TRUE(events[0].call_stack.empty()) << "call stacks only when asked for";
+  EXPECT_EQ(events[1].action, history_action::free);
+  EXPECT_EQ(events[1].stream, stream_ref(fake_stream(2)));
+  EXPECT_EQ(events[2].action, history_action::free_completed);
+  EXPECT_LE(events[0].time_ns, events[1].time_ns);
+  EXPECT_LE(events[1].time_ns, events[2].time_ns);
+  EXPECT_EQ(history.recorded(), 3u);
+  EXPECT_EQ(history.dropped(), 0u);
+}
+
+TEST(HistoryAdaptor, ZeroByteRequestsAreNotRecorded) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream);
+  void* p = history.allocate_async(0, fake_stream(1));
+  history.deallocate_async(p, 0, fake_stream(1));
+  for (const history_event& event : history.events()) EXPECT_NE(event.action, history_action::allocate);
+}
+
+TEST(HistoryAdaptor, KeepsOnlyTheLatestEventsOfItsCapacity) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream, {.capacity = 5});  // rounded up to 8
+  EXPECT_EQ(history.capacity(), 8u);
+  for (int i = 0; i < 10; ++i) {
+    void* p = history.allocate_async(64, fake_stream(1));
+    history.deallocate_async(p, 64, fake_stream(1));
+  }
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 8u);
+  EXPECT_EQ(events.front().sequence, 23u) << "the oldest of the last eight of thirty events";
+  EXPECT_EQ(events.back().sequence, 30u);
+  EXPECT_EQ(history.recorded(), 30u);
+  EXPECT_EQ(history.dropped(), 22u);
+}
+
+TEST(HistoryAdaptor, CapturesCallStacksWhenAskedUpToTheirDepth) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream, {.capture_call_stacks = true, .call_stack_depth = 4});
+  void* p = history.allocate_async(64, fake_stream(1));
+  history.deallocate_async(p, 64, fake_stream(1));
+  const std::vector<history_event> events = history.events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_FALSE(events[0].call_stack.empty());
+  EXPECT_LE(events[0].call_stack.size(), 4u);
+  EXPECT_TRUE(events[1].call_stack.empty()) << "frees record no call stack";
+}
+
+TEST(HistoryAdaptor, ConcurrentThreadsLoseNoEvent) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream, {.capacity = 1 << 16});
+  constexpr int threads = 4;
+  constexpr int rounds = 1000;
+  {
+    std::vector<std::jthread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&history] {
+        for (int i = 0; i < rounds; ++i) {
+          void* p = history.allocate_async(32, fake_stream(1));
+          history.deallocate_async(p, 32, fake_stream(1));
+        }
+      });
+  }
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), std::size_t{threads} * rounds * 3);
+  std::set<std::uint64_t> sequences;
+  for (const history_event& event : events) sequences.insert(event.sequence);
+  EXPECT_EQ(sequences.size(), events.size()) << "every event has a sequence of its own";
+  EXPECT_EQ(*sequences.rbegin(), events.size());
+}
+
+TEST(HistoryAdaptor, AnnotationsMarkNamedRegions) {
+  host_memory_resource upstream;
+  history_adaptor history(upstream);
+  {
+    const scoped_annotation forward(history, "forward");
+    history.annotate_begin("inner");
+    history.annotate_end("inner");
+  }
+  const std::vector<history_annotation> marks = history.annotations();
+  ASSERT_EQ(marks.size(), 4u);
+  EXPECT_EQ(marks[0].name, "forward");
+  EXPECT_EQ(marks[0].stage, annotation_stage::begin);
+  EXPECT_EQ(marks[1].name, "inner");
+  EXPECT_EQ(marks[2].stage, annotation_stage::end);
+  EXPECT_EQ(marks[3].name, "forward");
+  EXPECT_EQ(marks[3].stage, annotation_stage::end);
+  EXPECT_LE(marks[0].time_ns, marks[3].time_ns);
+}
+
+TEST(HistoryAdaptor, OutOfMemoryIsRecordedAndExplained) {
+  host_memory_resource upstream(4 * mebibyte);
+  history_adaptor history(upstream, {.capture_call_stacks = true});
+  void* held = history.allocate_async(3 * mebibyte, fake_stream(7));
+  try {
+    static_cast<void>(history.allocate_async(2 * mebibyte, fake_stream(1)));
+    ADD_FAILURE() << "2 MiB were granted past a 4 MiB capacity holding 3 MiB";
+  } catch (const out_of_memory& error) {
+    EXPECT_EQ(error.requested_bytes(), 2 * mebibyte);
+    ASSERT_NE(error.report(), nullptr);
+    const out_of_memory_report& report = *error.report();
+    EXPECT_EQ(report.requested_bytes, 2 * mebibyte);
+    EXPECT_EQ(report.live_bytes, 3 * mebibyte);
+    EXPECT_EQ(report.live_blocks, 1u);
+    EXPECT_TRUE(report.live_complete);
+    ASSERT_EQ(report.top_streams.size(), 1u);
+    EXPECT_EQ(report.top_streams[0].stream, stream_ref(fake_stream(7)));
+    ASSERT_EQ(report.top_call_sites.size(), 1u);
+    EXPECT_EQ(report.top_call_sites[0].bytes, 3 * mebibyte);
+    EXPECT_TRUE(report.refused_by_cap) << "the host resource's capacity refused";
+    EXPECT_FALSE(report.trimming_would_make_room);
+    const std::string message = error.what();
+    EXPECT_NE(message.find("2097152 bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("out-of-memory report"), std::string::npos) << message;
+    EXPECT_NE(message.find("live: 3 MiB in 1 block"), std::string::npos) << message;
+  }
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, history_action::out_of_memory);
+  EXPECT_EQ(events[1].bytes, 2 * mebibyte);
+  EXPECT_EQ(events[1].pointer, nullptr);
+  history.deallocate_async(held, 3 * mebibyte, fake_stream(7));
+}
+
+// The shared contract, over the host resource and each kind's owned pool.
+using history_adaptor_cases = adaptor_over_each_kind<history_maker>;
+using history_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<history_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(HistoryAdaptor, history_adaptor_cases, history_adaptor_exhaustible_cases);
+
+}  // namespace
+}  // namespace cudapmr::test

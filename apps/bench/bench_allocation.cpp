@@ -11,6 +11,7 @@
 #endif
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
 #include <benchmark/benchmark.h>
@@ -124,6 +125,20 @@ std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stre
   return std::make_unique<cudapmr_resource>(std::move(cache), pmr_path, std::move(upstream));
 }
 
+/// A history_adaptor (call stacks off) over a caching_resource over `upstream`:
+/// beside the cache alone, what recording every event costs.
+std::unique_ptr<allocator_under_test> ours_history_over_caching(
+    std::shared_ptr<cudapmr::stream_ordered_resource> upstream) {
+  struct layers {
+    std::shared_ptr<cudapmr::stream_ordered_resource> upstream;
+    cudapmr::caching_resource cache{*upstream};
+    cudapmr::history_adaptor history{cache};
+  };
+  auto stack = std::make_shared<layers>(std::move(upstream));
+  std::shared_ptr<cudapmr::stream_ordered_resource> top(stack, &stack->history);
+  return std::make_unique<cudapmr_resource>(std::move(top), false);
+}
+
 std::vector<entrant> entrants() {
   cudaMemLocation device0{cudaMemLocationTypeDevice, 0};
   cudaMemLocation host{cudaMemLocationTypeHost, 0};
@@ -141,6 +156,8 @@ std::vector<entrant> entrants() {
       {"device", "cudapmr:caching_resource(device)", false, [=] { return ours_caching(device_pool(), false); }},
       {"device", "cudapmr:caching_resource(device, no capture check)", false,
        [=] { return ours_caching(device_pool(), false, {.check_capture = false}); }},
+      {"device", "cudapmr:history_adaptor over caching_resource(device)", false,
+       [=] { return ours_history_over_caching(device_pool()); }},
       {"device", "cudapmr:caching_resource(device_malloc)", false,
        [] { return ours_caching(std::make_shared<cudapmr::device_malloc_resource>(0), false); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},

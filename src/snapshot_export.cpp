@@ -307,7 +307,7 @@ class frame_names {
 int trace_index(const memory_snapshot& stack, int no_device_index) {
   const int device = stack.resources.empty() ? -1 : stack.resources.front().device;
   const memory_kind kind = stack.resources.empty() ? memory_kind::pageable : stack.resources.front().kind;
-  return device >= 0 && (kind == memory_kind::device || kind == memory_kind::managed) ? device : no_device_index;
+  return device >= 0 && kind == memory_kind::device ? device : no_device_index;
 }
 
 struct timed_event {

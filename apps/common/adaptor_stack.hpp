@@ -5,6 +5,7 @@
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/failure_callback_adaptor.hpp>
+#include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/adaptors/limiting_adaptor.hpp>
 #include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
@@ -22,11 +23,12 @@ namespace cudapmr::apps {
 
 struct adaptor_stack_options {
   /// The layers, bottom first: 'c' caching_resource, 'f' failure_callback_adaptor,
-  /// 'g' logging_adaptor, 'l' limiting_adaptor, 's' statistics_adaptor,
-  /// 't' tracking_adaptor. By default the tracker is outermost, so that it
-  /// sees each free before anything counts it, and the callback sits over the
-  /// cache, whose exhaustion it is shown.
-  std::string order = "cfglst";
+  /// 'g' logging_adaptor, 'h' history_adaptor, 'l' limiting_adaptor,
+  /// 's' statistics_adaptor, 't' tracking_adaptor. By default the tracker is
+  /// outermost, so that it sees each free before anything counts it, the
+  /// history just under it explains a refusal of any layer below, and the
+  /// callback sits over the cache, whose exhaustion it is shown.
+  std::string order = "cfglsht";
   /// The limiting_adaptor's cap.
   std::size_t cap = std::size_t{1} << 30;
   /// Where the logging_adaptor writes; needed where the order has 'g'.
@@ -45,6 +47,7 @@ class adaptor_stack {
       switch (layer) {
         case 'c': top_ = &caching_.emplace(*top_); break;
         case 'f': top_ = &callback_.emplace(*top_, options.on_failure); break;
+        case 'h': top_ = &history_.emplace(*top_); break;
         case 'g':
           if (options.log == nullptr) throw std::invalid_argument("adaptor_stack: a logging layer needs a log");
           top_ = &logging_.emplace(*top_, *options.log);
@@ -64,6 +67,7 @@ class adaptor_stack {
         case 'c': caching_.reset(); break;
         case 'f': callback_.reset(); break;
         case 'g': logging_.reset(); break;
+        case 'h': history_.reset(); break;
         case 'l': limiting_.reset(); break;
         case 's': statistics_.reset(); break;
         case 't': tracking_.reset(); break;
@@ -83,6 +87,7 @@ class adaptor_stack {
   [[nodiscard]] caching_resource& caching() { return caching_.value(); }
   [[nodiscard]] failure_callback_adaptor& callback() { return callback_.value(); }
   [[nodiscard]] logging_adaptor& logging() { return logging_.value(); }
+  [[nodiscard]] history_adaptor& history() { return history_.value(); }
   [[nodiscard]] limiting_adaptor& limiting() { return limiting_.value(); }
   [[nodiscard]] statistics_adaptor& statistics() { return statistics_.value(); }
   [[nodiscard]] tracking_adaptor& tracking() { return tracking_.value(); }
@@ -92,6 +97,7 @@ class adaptor_stack {
   std::optional<caching_resource> caching_;
   std::optional<failure_callback_adaptor> callback_;
   std::optional<logging_adaptor> logging_;
+  std::optional<history_adaptor> history_;
   std::optional<limiting_adaptor> limiting_;
   std::optional<statistics_adaptor> statistics_;
   std::optional<tracking_adaptor> tracking_;

@@ -3,6 +3,7 @@
 // Runs scale_and_bias over device, pinned and managed memory and checks every element.
 #include "command_line.hpp"
 #include "scale_and_bias.hpp"
+#include "snapshot_files.hpp"
 #include "usage_report.hpp"
 
 #include <cudapmr/cudapmr.hpp>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +28,7 @@ struct options {
   std::size_t elements = 65536;
   int device = 0;
   bool report = false;
+  cudapmr::apps::snapshot_files files;
 };
 
 using cudapmr::apps::usage_error;
@@ -62,6 +65,7 @@ options parse_arguments(int argc, char** argv) {
       ->type_name("D");
   app.add_flag("--report", parsed.report,
                "after the sections, print each resource's peak and current usage and its pool's reserve");
+  cudapmr::apps::add_snapshot_options(app, parsed.files, "after the sections");
   cudapmr::apps::parse_or_exit(app, argc, argv);
   return parsed;
 }
@@ -172,12 +176,20 @@ int run(const options& chosen) {
     demo::usage_report::watch device_usage(report, fmt::format("[1] device (default pool, device {})", gpu.ordinal()),
                                            cudapmr::default_device_resource(gpu.ordinal()));
     const cudapmr::scoped_current_device_resource current(gpu.ordinal(), device_usage.resource());
-    device_with_pinned_staging(gpu, chosen.elements, report);
-    managed_memory(gpu, chosen.elements, report);
+    {
+      const cudapmr::scoped_annotation section(device_usage.history(), "[1] device with pinned staging");
+      device_with_pinned_staging(gpu, chosen.elements, report);
+    }
+    {
+      const cudapmr::scoped_annotation section(device_usage.history(), "[2] managed memory");
+      managed_memory(gpu, chosen.elements, report);
+    }
+    const cudapmr::scoped_annotation section(device_usage.history(), "[3] explicit device pool");
     explicit_device_pool(gpu, chosen.elements, report);
   }
   fmt::print("All memory resource demos passed.\n");
   if (chosen.report) report.print();
+  if (chosen.files.any()) cudapmr::apps::write_snapshot_files(chosen.files, report.snapshots());
   return exit_passed;
 }
 

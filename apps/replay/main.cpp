@@ -4,6 +4,7 @@
 // with --record, writes such a log of a synthetic multi-threaded workload.
 #include "command_line.hpp"
 #include "replay.hpp"
+#include "snapshot_files.hpp"
 
 #include <cudapmr/cudapmr.hpp>
 #include <cudapmr/interop/format.hpp>
@@ -22,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -38,6 +40,7 @@ struct options {
   int device = 0;
   std::optional<std::size_t> limit;
   bool track = false;
+  cudapmr::apps::snapshot_files files;
   replay::workload_options workload;
 };
 
@@ -77,6 +80,7 @@ options parse_arguments(int argc, char** argv) {
   add_integer(app, "--device", parsed.device, 0, 1024, "CUDA device ordinal (default 0)")->type_name("D");
   add_size(app, "--limit", parsed.limit, 0, most, "cap the resource with a limiting_adaptor");
   app.add_flag("--track", parsed.track, "check every free with a tracking_adaptor and count bad ones");
+  cudapmr::apps::add_snapshot_options(app, parsed.files, "after the replay");
   add_integer(app, "--threads", parsed.workload.threads, std::size_t{1}, std::size_t{4096},
               "the workload's threads (default 16)");
   add_integer(app, "--allocations", parsed.workload.allocations_per_thread, std::size_t{0}, most,
@@ -155,12 +159,18 @@ int replay_log(const options& chosen) {
   std::optional<cudapmr::limiting_adaptor> limited;
   if (chosen.limit) target = &limited.emplace(*target, *chosen.limit);
   std::optional<cudapmr::tracking_adaptor> tracked;
+  std::optional<cudapmr::history_adaptor> history;
   std::atomic<std::size_t> misuses{0};
   if (chosen.track) {
     target = &tracked.emplace(*target, cudapmr::tracking_options{.on_misuse = [&misuses](const cudapmr::misuse_report& report) {
       if (misuses++ < 10) fmt::print(stderr, "replay: {}\n", report.message);  // the first few are enough
     }});
   }
+
+  // The history of the whole replay (room for three events per logged one), so
+  // that the first refusal explains itself and the snapshot holds every event.
+  target = &history.emplace(*target,
+                             cudapmr::history_options{.capacity = 3 * events.size() + 64, .explained_refusals = 1});
 
   const replay::result outcome = replay::run(events, *target);
   const double seconds = std::chrono::duration<double>(outcome.elapsed).count();
@@ -175,6 +185,12 @@ int replay_log(const options& chosen) {
   fmt::print("failures: {} (the log recorded {})\n", outcome.failures, outcome.logged_failures);
   fmt::print("unmatched frees: {}, left outstanding: {}\n", outcome.unmatched_frees, outcome.left_outstanding);
   if (chosen.track) fmt::print("bad frees: {}\n", misuses.load());
+  if (!outcome.first_refusal.empty()) fmt::print("first refusal: {}\n", outcome.first_refusal);
+  if (chosen.files.any()) {
+    const cudapmr::memory_snapshot state = cudapmr::snapshot(*target);
+    cudapmr::apps::write_snapshot_files(chosen.files, std::span(&state, 1));
+    fmt::print("snapshot: {} events, peak {} bytes\n", state.events.size(), cudapmr::peak_live_bytes(state));
+  }
   return outcome.failures == 0 ? exit_replayed : exit_refusals;
 }
 

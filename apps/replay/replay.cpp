@@ -165,6 +165,7 @@ class replayer {
     outcome.failures = failures_;
     outcome.logged_failures = logged_failures_;
     outcome.unmatched_frees = unmatched_frees_;
+    outcome.first_refusal = std::move(first_refusal_);
   }
 
  private:
@@ -177,8 +178,8 @@ class replayer {
   void* try_allocate(const event& logged, cudapmr::stream_ref stream) {
     try {
       return target_.allocate_async(logged.bytes, logged.alignment, stream);
-    } catch (const std::bad_alloc&) {
-      ++failures_;
+    } catch (const std::bad_alloc& error) {
+      if (failures_++ == 0) first_refusal_ = error.what();
       return nullptr;
     }
   }
@@ -214,6 +215,7 @@ class replayer {
   std::size_t failures_ = 0;
   std::size_t logged_failures_ = 0;
   std::size_t unmatched_frees_ = 0;
+  std::string first_refusal_;
   turns turns_;
   std::mutex error_mutex_;
   std::exception_ptr error_;

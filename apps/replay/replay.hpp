@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iosfwd>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace replay {
@@ -54,6 +55,9 @@ struct result {
   std::size_t unmatched_frees = 0;
   /// Allocations the log never freed; the replay frees them at the end.
   std::size_t left_outstanding = 0;
+  /// The first refusal's message, with its report where the target explains
+  /// its refusals (a history_adaptor on top); empty when none was refused.
+  std::string first_refusal;
   std::chrono::nanoseconds elapsed{};
 };
 

@@ -26,8 +26,8 @@ namespace cudapmr {
 /// "device_traces" (one list per device, events of every stack of that
 /// device in time order: "segment_alloc", "alloc", "free_requested",
 /// "free_completed", "segment_free", "oom"), plus "external_annotations".
-/// Memory of no one device (pinned, pageable) goes in the list after the
-/// last device's. A free is complete when requested: stream order allows
+/// Other memory (pinned, managed, pageable) goes in the list after the last
+/// device's. A free is complete when requested: stream order allows
 /// reuse at once.
 [[nodiscard]] std::string to_pytorch_pickle(std::span<const memory_snapshot> stacks);
 /// As above, of one stack.

@@ -134,6 +134,7 @@ void* history_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignmen
   } catch (const out_of_memory& refusal) {
     record(history_action::out_of_memory, nullptr, bytes, alignment, stream, &call_stack);
     if (refusal.report() != nullptr) throw;  // explained below already
+    if (explained_.fetch_add(1, std::memory_order_relaxed) >= options_.explained_refusals) throw;
     std::shared_ptr<const out_of_memory_report> report;
     try {
       report = std::make_shared<const out_of_memory_report>(explain_out_of_memory(*this, bytes, alignment, stream));

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <memory_resource>
 #include <numeric>
 #include <optional>
@@ -54,6 +56,17 @@ TEST_P(AdaptorStack, EveryLayerSeesTheSameEvents) {
     }
     EXPECT_THROW(static_cast<void>(stack.top().allocate(counted_stack::cap + 1)), std::bad_alloc);
     EXPECT_EQ(counted.failures, 1) << "the limit's refusal reaches the callback wherever it sits";
+    if (GetParam().find('h') != std::string::npos) {
+      const std::vector<history_event> events = stack.history().events();
+      EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                              [](const history_event& event) { return event.action == history_action::allocate; }),
+                1)
+          << "the vector's one allocation";
+      if (GetParam().find('h') > GetParam().find('l')) {
+        ASSERT_FALSE(events.empty());
+        EXPECT_EQ(events.back().action, history_action::out_of_memory) << "the history above the limit saw it refuse";
+      }
+    }
 
     void* p = stack.top().allocate_async(64, stream_ref{});
     stack.top().deallocate_async(p, 64, stream_ref{});
@@ -66,11 +79,11 @@ TEST_P(AdaptorStack, EveryLayerSeesTheSameEvents) {
   EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
-// s statistics, t tracking, l limiting, g logging, f failure callback; bottom
+// s statistics, t tracking, l limiting, g logging, f failure callback, h history; bottom
 // first. The tracker sits above the statistics and the limit, so that the
 // double free it stops never reaches them; the callback sits above the limit,
 // whose refusal it is shown.
-INSTANTIATE_TEST_SUITE_P(Orders, AdaptorStack, ::testing::Values("sltgf", "lsgtf", "gslft", "slftg"));
+INSTANTIATE_TEST_SUITE_P(Orders, AdaptorStack, ::testing::Values("sltgf", "lsgtf", "gslft", "slftg", "hsltgf", "slhtgf"));
 
 }  // namespace
 }  // namespace cudapmr::test

@@ -157,6 +157,22 @@ TEST(HistoryAdaptor, OutOfMemoryIsRecordedAndExplained) {
   history.deallocate_async(held, 3 * mebibyte, fake_stream(7));
 }
 
+TEST(HistoryAdaptor, ExplainsOnlyAsManyRefusalsAsAskedButRecordsEach) {
+  host_memory_resource upstream(mebibyte);
+  history_adaptor history(upstream, {.explained_refusals = 1});
+  for (const bool explained : {true, false}) {
+    try {
+      static_cast<void>(history.allocate_async(2 * mebibyte, fake_stream(1)));
+      ADD_FAILURE() << "2 MiB were granted past a 1 MiB capacity";
+    } catch (const out_of_memory& error) {
+      EXPECT_EQ(error.report() != nullptr, explained);
+    }
+  }
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].action, history_action::out_of_memory);
+}
+
 // The shared contract, over the host resource and each kind's owned pool.
 using history_adaptor_cases = adaptor_over_each_kind<history_maker>;
 using history_adaptor_exhaustible_cases = adaptor_over_exhaustible_kinds<history_maker>;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,9 @@ struct history_options {
   std::size_t call_stack_depth = 16;
   /// How many annotations are kept (the oldest go first).
   std::size_t annotation_capacity = 4096;
+  /// How many refusals get a report (each one reads the whole history and
+  /// the stack); later ones are recorded and passed on as they came.
+  std::size_t explained_refusals = std::numeric_limits<std::size_t>::max();
 };
 
 /// Records what passes through it to an upstream in a bounded ring of the
@@ -120,6 +124,7 @@ class history_adaptor final : public resource_adaptor {
   /// `capacity * frames_per_slot_` return addresses; empty without call stacks.
   std::unique_ptr<std::atomic<void*>[]> frames_;
   alignas(64) std::atomic<std::uint64_t> next_ticket_{0};
+  std::atomic<std::size_t> explained_{0};
   mutable std::mutex annotations_mutex_;
   std::vector<history_annotation> annotations_;
 };

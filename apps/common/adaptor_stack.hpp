@@ -36,6 +36,9 @@ struct adaptor_stack_options {
   /// The failure_callback_adaptor's callback; by default it asks for no retry.
   failure_callback on_failure = [](const allocation_failure&) { return false; };
   tracking_options tracking;
+  /// The history_adaptor's options: a report for the first refusals only, as
+  /// each one reads the whole ring.
+  history_options history{.explained_refusals = 16};
 };
 
 class adaptor_stack {
@@ -47,7 +50,7 @@ class adaptor_stack {
       switch (layer) {
         case 'c': top_ = &caching_.emplace(*top_); break;
         case 'f': top_ = &callback_.emplace(*top_, options.on_failure); break;
-        case 'h': top_ = &history_.emplace(*top_); break;
+        case 'h': top_ = &history_.emplace(*top_, options.history); break;
         case 'g':
           if (options.log == nullptr) throw std::invalid_argument("adaptor_stack: a logging layer needs a log");
           top_ = &logging_.emplace(*top_, *options.log);

@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pytorch_snapshot import trace_peak
+
 
 def fail(message):
     print(f"FAIL {message}")
@@ -20,19 +22,6 @@ def fail(message):
 def check(condition, message):
     if not condition:
         fail(message)
-
-
-def trace_peak(entries):
-    """The peak the memory_viz page's Active Memory Timeline plots: alloc adds, free_completed removes."""
-    live, current, peak = {}, 0, 0
-    for entry in entries:
-        if entry["action"] == "alloc":
-            live[entry["addr"]] = entry["size"]
-            current += entry["size"]
-            peak = max(peak, current)
-        elif entry["action"] == "free_completed" and entry["addr"] in live:
-            current -= live.pop(entry["addr"])
-    return peak, current
 
 
 def check_json(path, statistics_peak):

@@ -49,3 +49,17 @@ verdict "replay --snapshot --trace on device" 0 $? "$(grep -E '^(peak|snapshot):
 verdict "replay snapshot peaks equal its statistics" 0 $? "$(tr '\n' ' ' <"$out/replay-peaks.log")"
 memviz_render replay "$out/replay.pickle"
 echo "memviz: the pages and snapshots are in $out (open a .pickle at https://pytorch.org/memory_viz, a trace at https://ui.perfetto.dev)"
+
+# apps/memviz's pages of the same JSON snapshots (Debian's python3 has plotly),
+# with a screenshot of each where Chromium is installed.
+memviz_page_python=${MEMVIZ_PAGE_PYTHON:-/usr/bin/python3}
+for memviz_name in demo replay; do
+  "$memviz_page_python" apps/memviz/memviz.py "$out/$memviz_name.json" -o "$out/$memviz_name-memviz.html" \
+    >"$out/$memviz_name-memviz.log" 2>&1
+  verdict "apps/memviz page of the $memviz_name snapshot" 0 $? "$(tail -1 "$out/$memviz_name-memviz.log")"
+  if command -v chromium >/dev/null; then
+    timeout 300 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --virtual-time-budget=10000 \
+      --window-size=1400,900 --screenshot="$out/$memviz_name-memviz.png" "file://$out/$memviz_name-memviz.html" \
+      >/dev/null 2>&1
+  fi
+done

@@ -72,8 +72,9 @@ struct memory_snapshot {
 /// cannot be read is listed without them).
 [[nodiscard]] memory_snapshot snapshot(const stream_ordered_resource& top);
 
-/// The most bytes live at once over the snapshot's events, counting the
-/// blocks live before its first event when the history is complete.
+/// The most bytes live at once over the snapshot's events, counted from zero
+/// at the first: where the ring dropped older events, blocks allocated
+/// before them are not counted.
 [[nodiscard]] std::size_t peak_live_bytes(const memory_snapshot& taken);
 
 /// Live bytes from one place in the code.

@@ -36,9 +36,9 @@ struct adaptor_stack_options {
   /// The failure_callback_adaptor's callback; by default it asks for no retry.
   failure_callback on_failure = [](const allocation_failure&) { return false; };
   tracking_options tracking;
-  /// The history_adaptor's options: a report for the first refusals only, as
-  /// each one reads the whole ring.
-  history_options history{.explained_refusals = 16};
+  /// The history_adaptor's options: the latest 4096 events, and a report for
+  /// the first refusals only, as each one reads the whole ring.
+  history_options history{.capacity = 4096, .explained_refusals = 16};
 };
 
 class adaptor_stack {

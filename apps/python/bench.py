@@ -4,9 +4,10 @@
 and a random mix of sizes) through cudapmr's resources, CuPy's pool,
 cuda.core's DeviceMemoryResource and torch.empty, as a markdown table of
 median nanoseconds per pair; then a small PyTorch training loop on PyTorch's
-own allocator and on cudapmr through the pluggable allocator (step time and
-peak reserved memory), each in a fresh process. A peer that is missing is
-left out with a note.
+own allocator and on cudapmr through the pluggable allocator (step time, and
+peak memory: the device memory in use, one measure for both, and each
+allocator's own count of what it reserved), each in a fresh process. A peer
+that is missing or cannot run is left out with a note.
 
     python3 apps/python/bench.py [--pairs N] [--repeats R] [--skip-training]
 """
@@ -135,9 +136,20 @@ def torch_peers():
     return [("torch.empty (caching allocator)", pair, None)]
 
 
+def peers_of(make, *arguments):
+    """The peers `make` sets up; none, with a note, where setting them up fails."""
+    try:
+        return make(*arguments)
+    except Exception as failure:  # a library that is there but cannot run is a note, not the end
+        print(f"note: {make.__name__} left out: {type(failure).__name__}: {failure}")
+        return []
+
+
 def allocation_table(pairs, repeats):
     stream = cudapmr.Stream(0)
-    peers = cudapmr_peers(stream.handle) + cupy_peers() + cuda_core_peers() + torch_peers()
+    peers = cudapmr_peers(stream.handle)
+    for make in (cupy_peers, cuda_core_peers, torch_peers):
+        peers += peers_of(make)
     rows = []
     for name, pair, _keep in peers:
         try:
@@ -155,12 +167,17 @@ def allocation_table(pairs, repeats):
 TRAINING = r"""
 import json, sys, time, torch
 mode, steps = sys.argv[1], int(sys.argv[2])
-peak = None
 if mode == "cudapmr":
     import cudapmr, cudapmr.torch
-    resource = cudapmr.StatisticsAdaptor(cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)))
-    pool_kind = resource.upstream.upstream
-    torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(resource))
+    pool = cudapmr.DeviceMemoryResource(0)
+    cache = cudapmr.CachingResource(pool)
+    torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(cache))
+free, total = torch.cuda.mem_get_info(0)  # initializes CUDA (after the allocator is chosen)
+baseline = device_peak = total - free
+def sample():
+    global device_peak
+    free, total = torch.cuda.mem_get_info(0)
+    device_peak = max(device_peak, total - free)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
                             torch.nn.Linear(4096, 1024)).cuda()
@@ -170,46 +187,57 @@ def step(batch):
     loss = torch.nn.functional.mse_loss(model(x), y)
     optimizer.zero_grad(set_to_none=True); loss.backward(); optimizer.step()
 batches = [256, 512, 128, 1024, 384]
-for i in range(20): step(batches[i % len(batches)])
-torch.cuda.synchronize()
+for i in range(20):
+    step(batches[i % len(batches)]); torch.cuda.synchronize(); sample()
 times = []
 for i in range(steps):
     start = time.perf_counter(); step(batches[i % len(batches)]); torch.cuda.synchronize()
     times.append(time.perf_counter() - start)
+    sample()
 times.sort()
 if mode == "cudapmr":
-    peak = pool_kind.statistics().reserved_high
-    source = "cudapmr pool reserved_high"
+    reserved, source = pool.statistics().reserved_high, "CUDA pool reserved_high"
 else:
-    peak = torch.cuda.max_memory_reserved()
-    source = "torch.cuda.max_memory_reserved"
-print(json.dumps({"median_ms": times[len(times) // 2] * 1e3, "peak_reserved": peak, "source": source}))
+    reserved, source = torch.cuda.max_memory_reserved(), "torch.cuda.max_memory_reserved"
+print(json.dumps({"median_ms": times[len(times) // 2] * 1e3, "device_peak": device_peak - baseline,
+                  "reserved_peak": reserved, "reserved_source": source}))
 """
 
 
 def training_table(steps):
+    """Prints the training loop's table; False where a run failed."""
     try:
         import torch  # noqa: F401
     except ImportError as missing:
         print(f"\nnote: the training loop is left out ({missing})")
-        return
-    print(f"\nPyTorch training loop (MLP 1024-4096-4096-1024, AdamW, varying batch), {steps} steps, fresh process each:\n")
-    print("| allocator | median step (ms) | peak reserved (MiB) | measured by |")
-    print("|---|---:|---:|---|")
+        return True
+    print(f"\nPyTorch training loop (MLP 1024-4096-4096-1024, AdamW, varying batch), {steps} steps, "
+          "fresh process each.")
+    print("Peak device memory is the same measure for both: the most device memory in use (cudaMemGetInfo,")
+    print("sampled after every step; neither allocator hands memory back during the run) above what was in use")
+    print("once CUDA was initialized. Peak reserved is each allocator's own count of what it took from CUDA.\n")
+    print("| allocator | median step (ms) | peak device memory (MiB) | peak reserved (MiB) | reserved as counted by |")
+    print("|---|---:|---:|---:|---|")
     results = {}
     for mode in ("torch", "cudapmr"):
         run = subprocess.run([sys.executable, "-c", TRAINING, mode, str(steps)], capture_output=True, text=True,
                              env=dict(os.environ))
-        if run.returncode != 0:
-            print(f"| {mode} | failed | | {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode} |")
+        lines = run.stdout.strip().splitlines()
+        if run.returncode != 0 or not lines:
+            why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"
+            print(f"| {mode} | failed | | | {why} |")
             continue
-        result = json.loads(run.stdout.strip().splitlines()[-1])
+        result = json.loads(lines[-1])
         results[mode] = result
         print(f"| {'PyTorch caching allocator' if mode == 'torch' else 'cudapmr CachingResource (pluggable)'} | "
-              f"{result['median_ms']:.3f} | {result['peak_reserved'] / MIB:,.1f} | {result['source']} |")
+              f"{result['median_ms']:.3f} | {result['device_peak'] / MIB:,.1f} | "
+              f"{result['reserved_peak'] / MIB:,.1f} | {result['reserved_source']} |")
     if len(results) == 2:
-        ratio = results["cudapmr"]["median_ms"] / results["torch"]["median_ms"]
-        print(f"\ncudapmr step time / PyTorch's: {ratio:.3f}")
+        cudapmr_run, torch_run = results["cudapmr"], results["torch"]
+        print(f"\ncudapmr / PyTorch: step time {cudapmr_run['median_ms'] / torch_run['median_ms']:.3f}, "
+              f"peak device memory {cudapmr_run['device_peak'] / max(torch_run['device_peak'], 1):.3f}, "
+              f"peak reserved {cudapmr_run['reserved_peak'] / max(torch_run['reserved_peak'], 1):.3f}")
+    return len(results) == 2
 
 
 def main():
@@ -224,8 +252,8 @@ def main():
         return 2
     print(f"Device: {cudapmr.device_name(0)}; cudapmr {cudapmr.__version__}; Python {sys.version.split()[0]}")
     allocation_table(arguments.pairs, arguments.repeats)
-    if not arguments.skip_training:
-        training_table(arguments.steps)
+    if not arguments.skip_training and not training_table(arguments.steps):
+        return 1  # the tables are printed; a training run that failed fails the benchmark
     return 0
 
 

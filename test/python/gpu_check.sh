@@ -63,8 +63,10 @@ fi
 line=0
 while IFS= read -r want && IFS= read -r got <&3; do
   line=$((line + 1))
-  # shellcheck disable=SC2053  # the expected line is a glob pattern
-  [[ $got == $want ]] || { mismatch="line $line: '$got' is not '$want'"; break; }
+  # Only `*` is a wildcard: the other pattern characters (the `[1]` of a
+  # section title, parentheses, `+`) are escaped to stand for themselves.
+  pattern=$(printf '%s' "$want" | sed 's/[][?\\()|!+@]/\\&/g')
+  [[ $got == $pattern ]] || { mismatch="line $line: '$got' is not '$want'"; break; }
 done <"$expected" 3<"$out/memory_resources.log"
 if [[ $sample_rc == 0 && -z $mismatch ]]; then
   verdict ok "memory_resources.py prints the sample's output"

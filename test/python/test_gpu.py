@@ -2,6 +2,7 @@
 """The GPU suite: the CUDA kinds, buffers across them, DLPack into NumPy,
 CuPy and PyTorch, the plug-ins and the errors. Skipped where no GPU exists."""
 
+import ctypes
 import gc
 
 import pytest
@@ -176,9 +177,12 @@ def test_cuda_core_plugin_allocates_from_cudapmr():
     counted = cudapmr.StatisticsAdaptor(cudapmr.DeviceMemoryResource(0))
     resource = MemoryResource(counted)
     assert resource.is_device_accessible and not resource.is_host_accessible and resource.device_id == 0
+    assert not resource.is_managed
     buffer = resource.allocate(1 << 20, stream=core_stream)
     assert int(buffer.handle) != 0 and buffer.size == 1 << 20
+    assert buffer.memory_resource is resource and buffer.is_device_accessible
     assert counted.statistics().bytes.current == 1 << 20
+    assert counted.statistics(stream=core_stream).bytes.current == 1 << 20
     buffer.close(core_stream)
     core_stream.sync()
     assert counted.statistics().bytes.current == 0
@@ -202,6 +206,13 @@ def test_cupy_allocators_draw_from_cudapmr():
         del array
         gc.collect()
         assert counted.statistics().bytes.current == 0
+        staging = cupy.cuda.alloc_pinned_memory(4096)
+        assert pinned.statistics().bytes.current == 4096 and staging.size() == 4096
+        ctypes.memmove(int(staging), b"abcd", 4)  # ready for the host when returned
+        assert ctypes.string_at(int(staging), 4) == b"abcd"
+        del staging
+        gc.collect()
+        assert pinned.statistics().bytes.current == 0
     finally:
         cupy.cuda.set_allocator(cupy.cuda.MemoryPool().malloc)
         cupy.cuda.set_pinned_memory_allocator(cupy.cuda.PinnedMemoryPool().malloc)

@@ -248,6 +248,50 @@ def test_adaptors_keep_their_upstream_alive():
     assert counted.upstream.kind == "pageable"
 
 
+def test_negative_sizes_name_the_value(host):
+    with pytest.raises(ValueError, match="allocate: nbytes -5 is negative"):
+        host.allocate(-5)
+    with pytest.raises(ValueError, match="allocate_raw: nbytes -1 is negative"):
+        host.allocate_raw(-1)
+    with pytest.raises(ValueError, match="deallocate_raw: nbytes -8 is negative"):
+        host.deallocate_raw(0, -8)
+    assert host.used_bytes == 0
+
+
+def test_stream_arguments_take_other_integer_types():
+    np = needs("numpy")
+    assert cudapmr.stream_handle(np.int64(42)) == 42
+    assert cudapmr.stream_handle(np.uint64(7)) == 7
+
+
+def test_dlpack_stream_values(host):
+    with host.allocate(4) as buffer:  # pageable memory: every stream value is accepted and ignored
+        for stream in (None, -1, 1, 2, 1 << 70):
+            assert "dltensor" in repr(buffer.__dlpack__(stream=stream))
+
+
+def test_torch_entry_points_load_from_the_module_and_use_the_registered_resource():
+    import ctypes
+
+    library = ctypes.CDLL(cudapmr._cudapmr.__file__)  # what CUDAPluggableAllocator does with library_path()
+    malloc, free = library.cudapmr_torch_malloc, library.cudapmr_torch_free
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    free.restype, free.argtypes = None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    assert malloc(64, 5, None) is None  # nothing registered for device 5
+    assert "device 5" in cudapmr._cudapmr._torch_last_error()
+    host = cudapmr.HostMemoryResource(capacity=1024)
+    cudapmr._cudapmr._torch_set_resource(5, host)
+    try:
+        pointer = malloc(512, 5, None)
+        assert pointer and host.used_bytes == 512
+        assert malloc(4096, 5, None) is None and "4096 bytes" in cudapmr._cudapmr._torch_last_error()
+        free(pointer, 512, 5, None)
+        assert host.used_bytes == 0
+    finally:
+        cudapmr._cudapmr._torch_set_resource(5, None)
+    assert malloc(64, 5, None) is None
+
+
 def test_bad_alignment_names_the_value(host):
     with pytest.raises(ValueError, match="alignment 3"):
         host.allocate_raw(10, alignment=3)
@@ -265,6 +309,7 @@ def test_options_objects():
 def test_without_a_gpu_cuda_resources_say_so():
     assert cudapmr.device_count() == 0
     for make in (lambda: cudapmr.DeviceMemoryResource(0), cudapmr.PinnedMemoryResource,
-                 cudapmr.ManagedMemoryResource, lambda: cudapmr.default_device_resource(0), lambda: cudapmr.Stream(0)):
+                 cudapmr.ManagedMemoryResource, lambda: cudapmr.default_device_resource(0), lambda: cudapmr.Stream(0),
+                 cudapmr.current_device):
         with pytest.raises(cudapmr.CudaError, match="no CUDA device was found"):
             make()

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace cudapmr::python {
 
@@ -19,6 +20,15 @@ namespace cudapmr::python {
 /// CUDA stream protocol), or a CuPy (`ptr`) or PyTorch (`cuda_stream`) stream.
 /// \throws nanobind::type_error naming the argument's type; nanobind::value_error for a negative handle.
 [[nodiscard]] cudaStream_t stream_handle(nanobind::handle stream);
+
+/// `bytes` from Python as a byte count.
+/// \throws nanobind::value_error naming `operation` and the value when it is negative.
+[[nodiscard]] inline std::size_t byte_count(std::int64_t bytes, const char* operation) {
+  if (bytes < 0)
+    throw nanobind::value_error(
+        (std::string(operation) + ": nbytes " + std::to_string(bytes) + " is negative").c_str());
+  return static_cast<std::size_t>(bytes);
+}
 
 /// The handle as Python sees it: an int.
 [[nodiscard]] inline std::uintptr_t stream_int(stream_ref stream) noexcept {

@@ -107,13 +107,15 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
     consumer = cudaStreamLegacy;
   } else {
     if (PyLong_Check(stream.ptr())) {
-      const long long value = PyLong_AsLongLong(stream.ptr());
-      if (value == -1 && !PyErr_Occurred()) return;
-      if (value == 0)
+      int overflow = 0;  // a handle past LLONG_MAX overflows and is taken as a handle below
+      const long long value = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+      if (value == -1 && PyErr_Occurred()) throw nb::python_error();
+      if (overflow == 0 && value == -1) return;
+      if (overflow == 0 && value == 0)
         throw nb::value_error("DLPack stream 0 is ambiguous for CUDA; pass 1 (legacy default), 2 (per-thread "
                               "default), a stream handle, or -1 for no ordering");
-      if (value == 1) consumer = cudaStreamLegacy;
-      else if (value == 2) consumer = cudaStreamPerThread;
+      if (overflow == 0 && value == 1) consumer = cudaStreamLegacy;
+      else if (overflow == 0 && value == 2) consumer = cudaStreamPerThread;
       else consumer = stream_handle(stream);
     } else {
       consumer = stream_handle(stream);
@@ -204,12 +206,20 @@ stream_ref operation_stream(const python_buffer& self, nb::handle stream) {
   return stream.is_none() ? self.memory.stream() : stream_ref(stream_handle(stream));
 }
 
+/// Copies `bytes` in stream order without the GIL: a copy to or from pageable
+/// memory waits for the stream. The caller keeps both ends alive.
+void copy_unlocked(void* destination, detail::copy_end destination_end, const void* source,
+                   detail::copy_end source_end, std::size_t bytes, stream_ref stream) {
+  nb::gil_scoped_release unlocked;
+  detail::copy_bytes(destination, destination_end, source, source_end, bytes, stream);
+}
+
 void copy_between(python_buffer& destination, python_buffer& source, nb::handle stream, const char* operation) {
   open_buffer(destination, operation);
   open_buffer(source, operation);
   detail::check_copy_sizes(operation, destination.memory.size(), source.memory.size(), 1);
-  detail::copy_bytes(destination.memory.data(), end_of(destination), source.memory.data(), end_of(source),
-                     source.memory.size(), operation_stream(source, stream));
+  copy_unlocked(destination.memory.data(), end_of(destination), source.memory.data(), end_of(source),
+                source.memory.size(), operation_stream(source, stream));
 }
 
 std::string buffer_repr(const python_buffer& self) {
@@ -276,8 +286,8 @@ void bind_buffer(nb::module_& module) {
             }
             const host_view view(destination, true);
             detail::check_copy_sizes("copy_to (host object)", view.bytes(), self.memory.size(), 1);
-            detail::copy_bytes(view.data(), host_end, self.memory.data(), end_of(self), self.memory.size(),
-                               operation_stream(self, stream));
+            copy_unlocked(view.data(), host_end, self.memory.data(), end_of(self), self.memory.size(),
+                          operation_stream(self, stream));
             return nb::borrow(destination);
           },
           "dst"_a.none() = nb::none(), nb::kw_only(), "stream"_a.none() = nb::none(),
@@ -293,8 +303,8 @@ void bind_buffer(nb::module_& module) {
             }
             const host_view view(source, false);
             detail::check_copy_sizes("copy_from (host object)", self.memory.size(), view.bytes(), 1);
-            detail::copy_bytes(self.memory.data(), end_of(self), view.data(), host_end, view.bytes(),
-                               operation_stream(self, stream));
+            copy_unlocked(self.memory.data(), end_of(self), view.data(), host_end, view.bytes(),
+                          operation_stream(self, stream));
           },
           "src"_a, nb::kw_only(), "stream"_a.none() = nb::none(),
           "Copies `src` (a Buffer or a host object with the buffer protocol) in stream order.")
@@ -317,8 +327,10 @@ void bind_buffer(nb::module_& module) {
             const void* pattern = width == 1 ? static_cast<const void*>(&byte)
                                   : width == 2 ? static_cast<const void*>(&half)
                                                : static_cast<const void*>(&value);
+            const stream_ref on = operation_stream(self, stream);
+            nb::gil_scoped_release unlocked;  // pageable memory is filled by the host
             detail::fill_pattern(self.memory.data(), self.memory.size() / width, pattern, width,
-                                 self.memory.resource()->kind(), operation_stream(self, stream));
+                                 self.memory.resource()->kind(), on);
           },
           "value"_a, "width"_a = 1, nb::kw_only(), "stream"_a.none() = nb::none(),
           "Sets every `width`-byte value (1, 2 or 4) to `value`, in stream order.")

@@ -107,23 +107,26 @@ void bind_base(nb::module_& module) {
       "A cudapmr memory resource: stream-ordered allocation of one kind of memory. Not constructed directly.")
       .def(
           "allocate",
-          [](nb::handle self, std::size_t bytes, nb::handle stream) {
-            return allocate_buffer(self, nb::cast<stream_ordered_resource&>(self), bytes, stream);
+          [](nb::handle self, std::int64_t bytes, nb::handle stream) {
+            return allocate_buffer(self, nb::cast<stream_ordered_resource&>(self), byte_count(bytes, "allocate"),
+                                   stream);
           },
           "nbytes"_a, nb::kw_only(), "stream"_a.none() = nb::none(), nb::rv_policy::take_ownership,
           "A Buffer of `nbytes` allocated in stream order on `stream` (None: the legacy default stream).")
       .def(
           "allocate_raw",
-          [](stream_ordered_resource& self, std::size_t bytes, nb::handle stream, std::size_t alignment) {
-            return reinterpret_cast<std::uintptr_t>(self.allocate_async(bytes, alignment, stream_handle(stream)));
+          [](stream_ordered_resource& self, std::int64_t bytes, nb::handle stream, std::size_t alignment) {
+            return reinterpret_cast<std::uintptr_t>(
+                self.allocate_async(byte_count(bytes, "allocate_raw"), alignment, stream_handle(stream)));
           },
           "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Allocates `nbytes` in stream order on `stream` and returns the address (an int).")
       .def(
           "deallocate_raw",
-          [](stream_ordered_resource& self, std::uintptr_t pointer, std::size_t bytes, nb::handle stream,
+          [](stream_ordered_resource& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
              std::size_t alignment) {
-            self.deallocate_async(reinterpret_cast<void*>(pointer), bytes, alignment, stream_handle(stream));
+            self.deallocate_async(reinterpret_cast<void*>(pointer), byte_count(bytes, "deallocate_raw"), alignment,
+                                  stream_handle(stream));
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Frees an address from allocate_raw in stream order on `stream`; sizes must match. Never raises for "
@@ -293,9 +296,10 @@ void bind_adaptors(nb::module_& module) {
           nb::keep_alive<1, 2>())
       .def(
           "deallocate_checked",
-          [](tracking_adaptor& self, std::uintptr_t pointer, std::size_t bytes, nb::handle stream,
+          [](tracking_adaptor& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
              std::size_t alignment) {
-            self.deallocate_checked(reinterpret_cast<void*>(pointer), bytes, alignment, stream_handle(stream));
+            self.deallocate_checked(reinterpret_cast<void*>(pointer), byte_count(bytes, "deallocate_checked"),
+                                    alignment, stream_handle(stream));
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")

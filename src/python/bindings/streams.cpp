@@ -36,6 +36,11 @@ cudaStream_t handle_from_object(nb::handle stream) {
   }
   for (const char* attribute : {"cuda_stream", "ptr", "handle"})
     if (nb::hasattr(stream, attribute)) return handle_from_int(nb::int_(stream.attr(attribute)));
+  if (PyIndex_Check(stream.ptr())) {  // an integer of another type, such as NumPy's
+    const nb::object value = nb::steal(PyNumber_Index(stream.ptr()));
+    if (!value.is_valid()) throw nb::python_error();
+    return handle_from_int(value);
+  }
   throw nb::type_error(("a stream must be None, an int handle, an object with __cuda_stream__, or a CuPy or "
                         "PyTorch stream; got an object of type " +
                         std::string(nb::type_name(stream.type()).c_str()))
@@ -69,6 +74,9 @@ void bind_streams(nb::module_& module) {
       });
 
   module.def("device_count", &cudapmr::device::count, "The number of CUDA devices; 0 where there is none.");
+  module.def(
+      "current_device", [] { return cudapmr::device::current().ordinal(); },
+      "The calling thread's current CUDA device (without initializing CuPy or PyTorch).");
   module.def(
       "device_name", [](int device) { return cudapmr::device(device).name(); }, nb::arg("device_id") = 0);
   module.def(

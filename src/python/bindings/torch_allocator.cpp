@@ -49,11 +49,17 @@ void remember_failure(const std::string& message) noexcept {
 void bind_torch_allocator(nb::module_& module) {
   module.def(
       "_torch_set_resource",
-      [](int device, stream_ordered_resource* resource) {
+      [](int device, nb::handle resource_object) {
         if (device < 0 || device >= max_devices)
           throw nb::value_error(("device " + std::to_string(device) + " is outside 0.." +
                                  std::to_string(max_devices - 1))
                                     .c_str());
+        stream_ordered_resource* resource =
+            resource_object.is_none() ? nullptr : &nb::cast<stream_ordered_resource&>(resource_object);
+        // PyTorch frees into the resource whenever it drops a tensor, down to the
+        // last ones collected while the interpreter shuts down: a registered
+        // resource is kept for the life of the process (one reference, never dropped).
+        if (resource != nullptr) resource_object.inc_ref();
         torch_resources[static_cast<std::size_t>(device)].store(resource, std::memory_order_release);
       },
       "device_id"_a, "resource"_a.none());

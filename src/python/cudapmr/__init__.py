@@ -38,6 +38,7 @@ from ._cudapmr import (
     UsageCounter,
     __version__,
     compute_capability,
+    current_device,
     default_device_resource,
     device_attribute,
     device_count,

@@ -10,12 +10,6 @@ _registered = {}
 _lock = threading.Lock()
 
 
-def _device_or_current(device_id):
-    if device_id is not None:
-        return device_id
-    return _cudapmr._current_device_resource(None).device_id
-
-
 def get_current_device_resource(device_id=None):
     """The resource registered for ``device_id`` (None: the current device);
     until one is set, the device's default resource."""
@@ -28,7 +22,7 @@ def set_current_device_resource(resource, device_id=None):
     if not isinstance(resource, _cudapmr.MemoryResource):
         raise TypeError(f"set_current_device_resource needs a cudapmr.MemoryResource, not {type(resource).__name__}")
     with _lock:
-        previous = _cudapmr._set_current_device_resource(resource, device_id)
-        key = device_id if device_id is not None else previous.device_id
+        key = device_id if device_id is not None else _cudapmr.current_device()
+        previous = _cudapmr._set_current_device_resource(resource, key)
         _registered[key] = resource
     return previous

@@ -10,9 +10,11 @@ resource, so that ``Buffer`` objects made by cuda.core code draw from cudapmr.
 try:  # cuda.core 0.4 and later export it at the top; older ones under experimental
     from cuda.core import Buffer as _CoreBuffer
     from cuda.core import MemoryResource as _CoreMemoryResource
+    from cuda.core import Stream as _CoreStream
 except ImportError:  # pragma: no cover - depends on the installed cuda.core
     from cuda.core.experimental import Buffer as _CoreBuffer
     from cuda.core.experimental import MemoryResource as _CoreMemoryResource
+    from cuda.core.experimental import Stream as _CoreStream
 
 from ._cudapmr import MemoryResource as _CudapmrResource
 from ._cudapmr import stream_handle
@@ -21,14 +23,15 @@ __all__ = ["MemoryResource"]
 
 
 def _handle_of(stream):
-    """cuda.core passes its Stream (``__cuda_stream__``) or None; pointers may be ints or CUdeviceptr."""
+    """cuda.core passes its Stream (``__cuda_stream__``) or None; a caller may pass any stream cudapmr takes."""
     return None if stream is None else stream_handle(stream)
 
 
 class MemoryResource(_CoreMemoryResource):
     """A cuda.core ``MemoryResource`` whose memory comes from ``resource``
-    (any cudapmr resource). A deallocation with no stream frees on the
-    legacy default stream, which orders it after work queued there."""
+    (any cudapmr resource). A Buffer allocated on a cuda.core ``Stream`` is
+    freed on that stream unless ``close`` names another (cuda.core 1.2 and
+    later); a deallocation with no stream frees on the legacy default stream."""
 
     def __init__(self, resource):
         if not isinstance(resource, _CudapmrResource):
@@ -44,7 +47,22 @@ class MemoryResource(_CoreMemoryResource):
         return self._resource
 
     def allocate(self, size, stream=None):
-        pointer = self._allocate(size, _handle_of(stream))
+        handle = _handle_of(stream)
+        pointer = self._allocate(size, handle)
+        try:
+            return self._buffer(pointer, size, stream)
+        except BaseException:
+            self._deallocate(pointer, size, handle)
+            raise
+
+    def _buffer(self, pointer, size, stream):
+        """A cuda.core Buffer owning `pointer`, freed on `stream` where cuda.core records one."""
+        if isinstance(stream, _CoreStream):
+            try:
+                return _CoreBuffer.from_handle(pointer, size, mr=self, stream=stream)
+            except TypeError as refused:  # cuda.core before 1.2 records no deallocation stream
+                if "stream" not in str(refused):
+                    raise
         return _CoreBuffer.from_handle(pointer, size, mr=self)
 
     def deallocate(self, ptr, size, stream=None):
@@ -57,6 +75,10 @@ class MemoryResource(_CoreMemoryResource):
     @property
     def is_host_accessible(self):
         return self._resource.is_host_accessible
+
+    @property
+    def is_managed(self):
+        return self._resource.kind == "managed"
 
     @property
     def device_id(self):

@@ -22,6 +22,7 @@ class _Allocation:
     __slots__ = ("ptr", "size", "device_id", "_stream", "_deallocate")
 
     def __init__(self, resource, size, stream):
+        self.ptr = 0  # what __del__ sees if the allocation raises
         self.ptr = resource.allocate_raw(size, stream)
         self.size = size
         self.device_id = resource.device_id

@@ -16,7 +16,14 @@ exports. Use it for one pool, or for the whole process:
 
 PyTorch allocates and frees in stream order on its current stream, which is
 what cudapmr's stream-ordered resources expect. One resource serves a device
-at a time: register another only once the memory of the first is freed.
+at a time: register another only once the memory of the first is freed. A
+registered resource lives until the process ends, since PyTorch may free into
+it as late as the interpreter's shutdown.
+
+A refused allocation returns null to PyTorch. In a ``MemPool`` PyTorch frees
+its cached blocks, retries and then raises ``torch.OutOfMemoryError``; after
+``change_current_allocator`` PyTorch does not check, so leave headroom (or
+use a pool). The cudapmr message is on stderr and in ``last_error()``.
 """
 
 import torch as _torch
@@ -27,10 +34,6 @@ __all__ = ["allocator", "library_path", "MALLOC_NAME", "FREE_NAME", "last_error"
 
 MALLOC_NAME = "cudapmr_torch_malloc"
 FREE_NAME = "cudapmr_torch_free"
-
-# The resources registered per device, alive while PyTorch may hold their memory.
-_registered = {}
-
 
 def library_path():
     """The shared library that exports the entry points (the native module)."""
@@ -49,8 +52,7 @@ def allocator(resource, device_id=None):
         raise TypeError(f"cudapmr.torch.allocator needs a cudapmr resource, not {type(resource).__name__}")
     if not resource.is_device_accessible:
         raise ValueError(f"cudapmr.torch.allocator needs device-accessible memory; {resource.description} is not")
-    if device_id is None:
-        device_id = resource.device_id if resource.device_id >= 0 else _torch.cuda.current_device()
+    if device_id is None:  # not torch.cuda.current_device(): that initializes PyTorch's allocator
+        device_id = resource.device_id if resource.device_id >= 0 else _cudapmr.current_device()
     _cudapmr._torch_set_resource(device_id, resource)
-    _registered[device_id] = resource
     return _torch.cuda.memory.CUDAPluggableAllocator(library_path(), MALLOC_NAME, FREE_NAME)

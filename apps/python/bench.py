@@ -9,7 +9,7 @@ peak memory: the device memory in use, one measure for both, and each
 allocator's own count of what it reserved), each in a fresh process. A peer
 that is missing or cannot run is left out with a note.
 
-    python3 apps/python/bench.py [--pairs N] [--repeats R] [--skip-training]
+    python3 apps/python/bench.py [--pairs N] [--repeats R] [--steps N] [--rounds R] [--skip-training]
 """
 
 import argparse
@@ -36,18 +36,13 @@ def mixed_sizes(count=1024, seed=7):
 SIZES["random mix"] = mixed_sizes()
 
 
-def time_pairs(pair, sizes, pairs, repeats):
-    """Median over `repeats` runs of the nanoseconds per call of `pair(size)`."""
+def time_pairs(pair, sizes, pairs):
+    """Nanoseconds per call of `pair(size)` over one run of `pairs` calls."""
     cycle = [sizes[i % len(sizes)] for i in range(pairs)]
-    for size in cycle[: min(len(cycle), 256)]:  # warm up
+    start = time.perf_counter_ns()
+    for size in cycle:
         pair(size)
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for size in cycle:
-            pair(size)
-        samples.append((time.perf_counter_ns() - start) / pairs)
-    return statistics.median(samples)
+    return (time.perf_counter_ns() - start) / pairs
 
 
 def cudapmr_peers(stream_handle):
@@ -147,15 +142,24 @@ def peers_of(make, *arguments):
 
 def allocation_table(pairs, repeats):
     stream = cudapmr.Stream(0)
-    peers = cudapmr_peers(stream.handle)
+    # The loop and a call with no allocation: the floor under every row.
+    peers = [("(loop and call alone, no allocation)", lambda size: None, None)] + cudapmr_peers(stream.handle)
     for make in (cupy_peers, cuda_core_peers, torch_peers):
         peers += peers_of(make)
-    rows = []
-    for name, pair, _keep in peers:
-        try:
-            rows.append((name, [time_pairs(pair, sizes, pairs, repeats) for sizes in SIZES.values()]))
-        except Exception as failure:  # a peer that fails is reported, not fatal
-            print(f"note: {name} failed: {type(failure).__name__}: {failure}")
+    # Rounds interleave the peers, so that whatever drifts in the process (clocks,
+    # other libraries' threads) spreads over all of them; the first round warms up.
+    samples = {name: [[] for _ in SIZES] for name, _pair, _keep in peers}
+    for round_index in range(repeats + 1):
+        for name, pair, _keep in list(peers):
+            try:
+                for column, sizes in enumerate(SIZES.values()):
+                    value = time_pairs(pair, sizes, pairs)
+                    if round_index > 0:
+                        samples[name][column].append(value)
+            except Exception as failure:  # a peer that fails is reported, not fatal
+                print(f"note: {name} failed: {type(failure).__name__}: {failure}")
+                peers.remove((name, pair, _keep))
+    rows = [(name, [statistics.median(column) for column in samples[name]]) for name, _pair, _keep in peers]
     stream.synchronize()
     print(f"\nAllocate + free pairs from Python, median ns per pair ({pairs} pairs x {repeats} runs):\n")
     print("| resource | " + " | ".join(SIZES) + " |")
@@ -167,11 +171,11 @@ def allocation_table(pairs, repeats):
 TRAINING = r"""
 import json, sys, time, torch
 mode, steps = sys.argv[1], int(sys.argv[2])
-if mode == "cudapmr":
+if mode != "torch":
     import cudapmr, cudapmr.torch
     pool = cudapmr.DeviceMemoryResource(0)
-    cache = cudapmr.CachingResource(pool)
-    torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(cache))
+    resource = cudapmr.CachingResource(pool) if mode == "cudapmr-cache" else pool
+    torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(resource))
 free, total = torch.cuda.mem_get_info(0)  # initializes CUDA (after the allocator is chosen)
 baseline = device_peak = total - free
 def sample():
@@ -195,7 +199,7 @@ for i in range(steps):
     times.append(time.perf_counter() - start)
     sample()
 times.sort()
-if mode == "cudapmr":
+if mode != "torch":
     reserved, source = pool.statistics().reserved_high, "CUDA pool reserved_high"
 else:
     reserved, source = torch.cuda.max_memory_reserved(), "torch.cuda.max_memory_reserved"
@@ -204,7 +208,7 @@ print(json.dumps({"median_ms": times[len(times) // 2] * 1e3, "device_peak": devi
 """
 
 
-def training_table(steps):
+def training_table(steps, rounds):
     """Prints the training loop's table; False where a run failed."""
     try:
         import torch  # noqa: F401
@@ -212,39 +216,54 @@ def training_table(steps):
         print(f"\nnote: the training loop is left out ({missing})")
         return True
     print(f"\nPyTorch training loop (MLP 1024-4096-4096-1024, AdamW, varying batch), {steps} steps, "
-          "fresh process each.")
+          f"a fresh process each, {rounds} rounds alternating the allocators, medians of the rounds.")
     print("Peak device memory is the same measure for both: the most device memory in use (cudaMemGetInfo,")
     print("sampled after every step; neither allocator hands memory back during the run) above what was in use")
     print("once CUDA was initialized. Peak reserved is each allocator's own count of what it took from CUDA.\n")
     print("| allocator | median step (ms) | peak device memory (MiB) | peak reserved (MiB) | reserved as counted by |")
     print("|---|---:|---:|---:|---|")
+    names = {"torch": "PyTorch caching allocator", "cudapmr-pool": "cudapmr DeviceMemoryResource (pluggable)",
+             "cudapmr-cache": "cudapmr CachingResource over it (pluggable)"}
+    # Fresh processes, alternating the allocators round by round; medians of the rounds.
+    runs = {mode: [] for mode in names}
+    failed = False
+    for _ in range(rounds):
+        for mode in names:
+            run = subprocess.run([sys.executable, "-c", TRAINING, mode, str(steps)], capture_output=True, text=True,
+                                 env=dict(os.environ))
+            lines = run.stdout.strip().splitlines()
+            if run.returncode != 0 or not lines:
+                why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"
+                print(f"note: a {mode} run failed: {why}")
+                failed = True
+                continue
+            runs[mode].append(json.loads(lines[-1]))
     results = {}
-    for mode in ("torch", "cudapmr"):
-        run = subprocess.run([sys.executable, "-c", TRAINING, mode, str(steps)], capture_output=True, text=True,
-                             env=dict(os.environ))
-        lines = run.stdout.strip().splitlines()
-        if run.returncode != 0 or not lines:
-            why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"
-            print(f"| {mode} | failed | | | {why} |")
+    for mode, mode_runs in runs.items():
+        if not mode_runs:
+            print(f"| {names[mode]} | failed | | | |")
             continue
-        result = json.loads(lines[-1])
+        result = {key: statistics.median(run[key] for run in mode_runs)
+                  for key in ("median_ms", "device_peak", "reserved_peak")}
         results[mode] = result
-        print(f"| {'PyTorch caching allocator' if mode == 'torch' else 'cudapmr CachingResource (pluggable)'} | "
-              f"{result['median_ms']:.3f} | {result['device_peak'] / MIB:,.1f} | "
-              f"{result['reserved_peak'] / MIB:,.1f} | {result['reserved_source']} |")
-    if len(results) == 2:
-        cudapmr_run, torch_run = results["cudapmr"], results["torch"]
-        print(f"\ncudapmr / PyTorch: step time {cudapmr_run['median_ms'] / torch_run['median_ms']:.3f}, "
-              f"peak device memory {cudapmr_run['device_peak'] / max(torch_run['device_peak'], 1):.3f}, "
-              f"peak reserved {cudapmr_run['reserved_peak'] / max(torch_run['reserved_peak'], 1):.3f}")
-    return len(results) == 2
-
+        print(f"| {names[mode]} | {result['median_ms']:.3f} | {result['device_peak'] / MIB:,.1f} | "
+              f"{result['reserved_peak'] / MIB:,.1f} | {mode_runs[0]['reserved_source']} |")
+    if "torch" in results:
+        reference = results["torch"]
+        for mode, result in results.items():
+            if mode != "torch":
+                print(f"\n{names[mode]} / PyTorch: step time {result['median_ms'] / reference['median_ms']:.3f}, "
+                      f"peak device memory {result['device_peak'] / max(reference['device_peak'], 1):.3f}, "
+                      f"peak reserved {result['reserved_peak'] / max(reference['reserved_peak'], 1):.3f}")
+    return not failed and len(results) == len(names)
 
 def main():
     parser = argparse.ArgumentParser(description="cudapmr allocation from Python against its peers")
     parser.add_argument("--pairs", type=int, default=20000, help="pairs per run (default 20000)")
-    parser.add_argument("--repeats", type=int, default=7, help="runs per cell; the median is shown (default 7)")
-    parser.add_argument("--steps", type=int, default=200, help="training steps timed (default 200)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="rounds over all peers; each cell shows the median (default 7)")
+    parser.add_argument("--steps", type=int, default=500, help="training steps timed per run (default 500)")
+    parser.add_argument("--rounds", type=int, default=3, help="training runs per allocator (default 3)")
     parser.add_argument("--skip-training", action="store_true")
     arguments = parser.parse_args()
     if cudapmr.device_count() == 0:
@@ -252,7 +271,7 @@ def main():
         return 2
     print(f"Device: {cudapmr.device_name(0)}; cudapmr {cudapmr.__version__}; Python {sys.version.split()[0]}")
     allocation_table(arguments.pairs, arguments.repeats)
-    if not arguments.skip_training and not training_table(arguments.steps):
+    if not arguments.skip_training and not training_table(arguments.steps, arguments.rounds):
         return 1  # the tables are printed; a training run that failed fails the benchmark
     return 0
 

@@ -20,7 +20,7 @@ namespace cudapmr {
 
 /// Bytes attributed to one stream.
 struct stream_bytes {
-  stream_ref stream;
+  stream_ref stream{cudaStream_t{}};
   std::size_t bytes = 0;
 };
 
@@ -87,7 +87,7 @@ struct call_site_usage {
 
 /// Live bytes allocated on one stream.
 struct stream_usage {
-  stream_ref stream;
+  stream_ref stream{cudaStream_t{}};
   std::size_t bytes = 0;
   std::size_t blocks = 0;
 };
@@ -98,7 +98,7 @@ struct out_of_memory_report {
   /// What was asked, and of which resource.
   std::size_t requested_bytes = 0;
   std::size_t alignment = 0;
-  stream_ref stream;
+  stream_ref stream{cudaStream_t{}};
   std::string resource;
   /// What is live, and whether that is all of it (see `memory_snapshot::live_blocks_complete`).
   std::size_t live_bytes = 0;

@@ -42,7 +42,7 @@ struct history_event {
   void* pointer = nullptr;
   std::size_t bytes = 0;
   std::size_t alignment = 0;
-  stream_ref stream;
+  stream_ref stream{cudaStream_t{}};
   /// Return addresses, innermost first; empty unless call stacks are captured.
   std::vector<void*> call_stack;
 };

@@ -160,7 +160,7 @@ void history_adaptor::annotate(std::string_view name, annotation_stage stage) {
   history_annotation mark{std::string(name), stage, now_ns(), detail::thread_ordinal()};
   const std::lock_guard lock(annotations_mutex_);
   if (options_.annotation_capacity == 0) return;
-  if (annotations_.size() >= options_.annotation_capacity) annotations_.erase(annotations_.begin());
+  if (annotations_.size() >= options_.annotation_capacity) annotations_.pop_front();
   annotations_.push_back(std::move(mark));
 }
 
@@ -169,7 +169,7 @@ void history_adaptor::annotate_end(std::string_view name) { annotate(name, annot
 
 std::vector<history_annotation> history_adaptor::annotations() const {
   const std::lock_guard lock(annotations_mutex_);
-  return annotations_;
+  return {annotations_.begin(), annotations_.end()};
 }
 
 }  // namespace cudapmr

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -126,7 +127,7 @@ class history_adaptor final : public resource_adaptor {
   alignas(64) std::atomic<std::uint64_t> next_ticket_{0};
   std::atomic<std::size_t> explained_{0};
   mutable std::mutex annotations_mutex_;
-  std::vector<history_annotation> annotations_;
+  std::deque<history_annotation> annotations_;  // the oldest leaves first once at capacity
 };
 
 /// Annotates a history_adaptor for the life of a scope.

@@ -4,6 +4,7 @@
 #include "cudapmr/detail/thread_ordinal.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -18,6 +19,9 @@ std::size_t this_thread_shard(std::size_t count) noexcept {
   return static_cast<std::size_t>(thread_ordinal() % count);
 }
 
+/// Seals made for a stream that missed, without its taking a sealed block,
+/// before its request lapses.
+constexpr std::uint32_t unanswered_seals_limit = 16;
 /// A stream's first frees are sealed: a stream made per request frees once and
 /// is gone, and its block must reach the next one.
 constexpr std::uint32_t young_stream_frees = 2;
@@ -29,6 +33,12 @@ std::int64_t flush_bytes_for(std::size_t max_cached_bytes) noexcept {
 
 bool is_default_stream(cudaStream_t stream) noexcept {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
+
+/// Nanoseconds of the steady clock.
+std::int64_t clock_ticks() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::uint64_t next_cache_identity() noexcept {
@@ -105,13 +115,17 @@ thread_local entry_memo last_entry;
 
 }  // namespace
 
-block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes)
+block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
+                         std::chrono::nanoseconds shrink_interval)
     : ordering_(ordering),
       max_bytes_(max_cached_bytes),
+      shrink_interval_(shrink_interval.count()),
       stream_share_(max_cached_bytes / 8),
+      floor_bytes_(static_cast<std::int64_t>(std::min(max_cached_bytes / 64, std::size_t{16} << 20))),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()),
-      keep_nothing_(caching_disabled()) {}
+      keep_nothing_(caching_disabled()),
+      last_shrink_(clock_ticks()) {}
 
 block_cache::~block_cache() {
   // Blocks were drained by the owner; events of sealed blocks left behind (a
@@ -181,23 +195,27 @@ block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
 }
 
 std::int64_t block_cache::note_live(std::int64_t live) noexcept {
-  // Follows a rise at once; while what is live stays an eighth below, falls
-  // by a 4096th per free (half in some 2,800 frees). A block freed and
-  // allocated again in a loop stays cached, a working set that ebbs and flows
-  // finds its blocks again, and a program that frees thousands of blocks
-  // takes the cache down with it (a few large ones stay). Written only on
-  // such changes, so threads that reuse their own frees do not share a cache
-  // line; a racing write may lose a rise or a fall, which costs one trim more or less.
+  // Follows a rise at once; while what is live stays an eighth below, falls by
+  // an eighth per shrink interval (half in some five), checked at every 32nd
+  // such free of a thread. So a working set that ebbs and flows within the
+  // interval finds its blocks again, however many frees it makes, and a
+  // program that frees much and goes on with less takes the cache down with
+  // it. Written only on such changes, so threads that reuse their own frees do
+  // not share a cache line; a racing write may lose a rise or a fall, which
+  // costs one trim more or less.
   const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
   if (live > peak) {
     recent_live_peak_.store(live, std::memory_order_relaxed);
     return live;
   }
-  if (live < peak - peak / 8) {
-    recent_live_peak_.store(peak - peak / 4096, std::memory_order_relaxed);
-    return peak - peak / 4096;
-  }
-  return peak;
+  thread_local std::uint32_t frees_below = 0;
+  if (live >= peak - peak / 8 || ++frees_below % 32 != 0) return peak;
+  const std::int64_t now = clock_ticks();
+  std::int64_t last = last_shrink_.load(std::memory_order_relaxed);
+  if (now - last < shrink_interval_ || !last_shrink_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+    return peak;
+  recent_live_peak_.store(peak - peak / 8, std::memory_order_relaxed);
+  return peak - peak / 8;
 }
 
 block_cache::give_outcome block_cache::refuse(std::size_t size_class) noexcept {
@@ -226,8 +244,10 @@ void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
   if (void* pointer = take_ready(size_class)) return pointer;
   if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
     if (void* pointer = take_sealed(stream, entry, size_class)) return pointer;
-  if (entry != nullptr && wanting_.load(std::memory_order_relaxed) != entry)
+  if (entry != nullptr && wanting_.load(std::memory_order_relaxed) != entry) {
+    unanswered_seals_.store(0, std::memory_order_relaxed);
     wanting_.store(entry, std::memory_order_relaxed);
+  }
   return nullptr;
 }
 
@@ -292,7 +312,10 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
       }
     }
   }
-  if (!own) cross_.fetch_add(1, std::memory_order_relaxed);
+  if (!own) {
+    cross_.fetch_add(1, std::memory_order_relaxed);
+    if (wanting_.load(std::memory_order_relaxed) == entry) unanswered_seals_.store(0, std::memory_order_relaxed);
+  }
   release_reference(block.event);
   if (own && wanting_.load(std::memory_order_relaxed) == entry) {
     stream_entry* expected = entry;
@@ -313,9 +336,14 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
     const std::lock_guard lock(entry->mutex);
     if (!entry->unsealed.push(size_class, pointer)) return refuse(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
-    const stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
-    const bool seal = entry->frees < young_stream_frees || (wanting != nullptr && wanting != entry) ||
-                      entry->unsealed.bytes() > stream_share_;
+    stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
+    const bool wanted = wanting != nullptr && wanting != entry;
+    const bool seal = entry->frees < young_stream_frees || wanted || entry->unsealed.bytes() > stream_share_;
+    // The stream that missed may be gone: unless it takes sealed blocks, its
+    // request lapses after a few seals, or every other stream would record an
+    // event at every free from then on.
+    if (wanted && unanswered_seals_.fetch_add(1, std::memory_order_relaxed) + 1 >= unanswered_seals_limit)
+      wanting_.compare_exchange_strong(wanting, nullptr, std::memory_order_relaxed);
     if (entry->frees < young_stream_frees) ++entry->frees;
     if (seal) {
       try {
@@ -429,7 +457,10 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
 
 
 std::int64_t block_cache::allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept {
-  return std::min(std::max({live, peak, static_cast<std::int64_t>(max_bytes_ / 64)}), budget);
+  // An eighth over the peak: a random mix's classes drift, and a cache held
+  // to the peak trims blocks that the next rise misses (a 100,000-step mix of
+  // 256 B..4 MiB missed 58 times at the peak, 23 times an eighth over it).
+  return std::min(std::max({live, peak + peak / 8, floor_bytes_}), budget);
 }
 
 std::size_t block_cache::excess(std::size_t incoming) const noexcept {
@@ -447,8 +478,8 @@ void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vect
 }
 
 void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) {
-  // A little below the line (a 512th of the budget), so that frees at the line do not trim each time.
-  if (const std::size_t over = excess(0); over != 0) evict(stream, over + max_bytes_ / 512, out);
+  // A little below the line, so that frees at the line do not trim each time.
+  if (const std::size_t over = excess(0); over != 0) evict(stream, over + static_cast<std::size_t>(floor_bytes_) / 8, out);
 }
 
 void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/caching_resource.hpp"
 
+#include "cudapmr/device.hpp"
 #include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/pool_resource.hpp"
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace cudapmr {
 namespace {
@@ -19,8 +21,26 @@ detail::stream_ordering& ordering_for(memory_kind kind) noexcept {
   return kind == memory_kind::pageable ? detail::host_stream_ordering() : detail::cuda_stream_ordering();
 }
 
-caching_options validated(caching_options options) noexcept {
+/// The default budget: an eighth of the upstream device's memory; 1 GiB for
+/// memory of no one device, or where CUDA cannot say.
+std::size_t default_budget(const stream_ordered_resource& upstream) noexcept {
+  constexpr std::size_t fallback = std::size_t{1} << 30;
+  if (upstream.device_id() < 0 || upstream.kind() == memory_kind::pinned || upstream.kind() == memory_kind::pageable)
+    return fallback;
+  try {
+    return std::max(device(upstream.device_id()).total_memory() / 8, fallback);
+  } catch (...) {
+    return fallback;
+  }
+}
+
+caching_options validated(caching_options options, const stream_ordered_resource& upstream) {
+  if (options.shrink_interval.count() < 0)
+    throw std::invalid_argument(fmt::format("caching_options::shrink_interval of {} ms is negative",
+                                            options.shrink_interval.count()));
   options.max_cached_block = std::min(options.max_cached_block, largest_cached_block);
+  options.shrink_interval = std::min<std::chrono::milliseconds>(options.shrink_interval, std::chrono::hours(24 * 365));
+  if (!options.max_cached_bytes) options.max_cached_bytes = default_budget(upstream);
   return options;
 }
 
@@ -32,9 +52,9 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
 caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options,
                                    detail::stream_ordering& ordering)
     : resource_adaptor(upstream),
-      options_(validated(options)),
+      options_(validated(options, upstream)),
       ordering_(ordering),
-      cache_(ordering, options_.max_cached_bytes) {}
+      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval) {}
 
 caching_resource::~caching_resource() {
   try {

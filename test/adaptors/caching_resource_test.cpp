@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstdint>
 #include <limits>
@@ -156,6 +157,24 @@ TEST(CachingResource, AStreamReusingItsOwnFreesRecordsNoEvents) {
   EXPECT_EQ(cache.statistics().misses, 1u);
 }
 
+TEST(CachingResource, AStreamThatMissedAndWentAwayDoesNotMakeOthersRecordEvents) {
+  // A stream's miss asks the others to seal their frees for it. If that stream
+  // never allocates again (destroyed right after its miss), the request must
+  // not outlive one seal: else every other stream records an event at every
+  // free, forever (the 16-thread benchmark then stalls).
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 64 * 1024);
+  void* gone = cache.allocate_async(mebibyte, fake_stream(2));  // a miss, and stream 2 is never seen again
+  settle(cache, fake_stream(1), 64 * 1024);
+  const std::size_t events = ordering.events.size();
+  for (int i = 0; i < 1000; ++i) settle(cache, fake_stream(1), 64 * 1024);
+  EXPECT_LE(ordering.events.size(), events + 16);
+  EXPECT_EQ(cache.statistics().misses, 2u);
+  cache.deallocate_async(gone, mebibyte, fake_stream(1));
+}
+
 TEST(CachingResource, ProducerConsumerStreamsShareOneBlock) {
   // Allocate on stream A, free on stream B: the consumer's frees must come back
   // to the producer, or the cache takes a block per iteration.
@@ -274,7 +293,7 @@ TEST(CachingResource, AProgramThatWindsDownKeepsLittleCached) {
   // 20,000 blocks (312 MiB) live, then all freed: what the cache keeps follows
   // what was live lately down to a 64th of the budget, instead of filling the budget.
   host_memory_resource upstream;
-  caching_resource cache(upstream, {.max_cached_bytes = 1024 * mebibyte});
+  caching_resource cache(upstream, {.max_cached_bytes = 1024 * mebibyte, .shrink_interval = std::chrono::milliseconds(0)});
   constexpr std::size_t block = 16 << 10;
   std::vector<void*> blocks;
   for (int i = 0; i < 20000; ++i) blocks.push_back(cache.allocate_async(block, fake_stream(1)));
@@ -293,6 +312,30 @@ TEST(CachingResource, AProgramThatWindsDownKeepsLittleCached) {
   void* again = cache.allocate_async(block, fake_stream(1));  // what it kept is reused
   EXPECT_GE(cache.statistics().hits, 1u);
   cache.deallocate_async(again, block, fake_stream(1));
+}
+
+TEST(CachingResource, AWorkingSetThatEbbsAndFlowsWithinTheShrinkIntervalKeepsItsBlocks) {
+  // 64 blocks allocated and all freed, 200 times over: thousands of frees with
+  // little live, yet within the interval, so the cache keeps them all.
+  host_memory_resource upstream;
+  caching_resource cache(upstream, {.max_cached_bytes = 256 * mebibyte, .shrink_interval = std::chrono::seconds(60)});
+  std::vector<void*> blocks(64);
+  for (int cycle = 0; cycle < 200; ++cycle) {
+    for (void*& p : blocks) p = cache.allocate_async(mebibyte, fake_stream(1));
+    for (void* p : blocks) cache.deallocate_async(p, mebibyte, fake_stream(1));
+  }
+  EXPECT_EQ(cache.statistics().misses, 64u);
+  EXPECT_EQ(upstream.used_bytes(), 64 * mebibyte);
+}
+
+TEST(CachingResource, ANegativeShrinkIntervalIsRefusedByName) {
+  host_memory_resource upstream;
+  try {
+    caching_resource cache(upstream, {.shrink_interval = std::chrono::milliseconds(-5)});
+    FAIL() << "a negative interval was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("shrink_interval of -5 ms"), std::string::npos) << error.what();
+  }
 }
 
 TEST(CachingResource, ABigBlockFreedAndAllocatedAgainInALoopStaysCached) {

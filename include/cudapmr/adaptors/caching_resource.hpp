@@ -7,6 +7,7 @@
 #include "cudapmr/adaptors/resource_adaptor.hpp"
 #include "cudapmr/detail/block_cache.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -25,12 +26,20 @@ struct caching_options {
   /// past 256 bytes, go straight upstream.
   std::size_t max_cached_block = std::size_t{1} << 30;
   /// The most bytes the cache holds free. Past it, freed blocks go back
-  /// upstream at once, and a miss first returns what would pass it.
-  std::size_t max_cached_bytes = std::size_t{1} << 30;
+  /// upstream at once, and a miss first returns what would pass it. Unset: an
+  /// eighth of the memory of the upstream's device (17.6 GB on an H200), or
+  /// 1 GiB where the upstream's memory is no one device's (pinned, pageable).
+  /// What the cache keeps follows what is live well below this bound.
+  std::optional<std::size_t> max_cached_bytes;
   /// Ask CUDA at every allocation and free whether the stream is being
   /// captured into a graph (a driver call: some 35 ns each on an H200's
   /// host). Turn it off only where no stream the cache sees is ever captured.
   bool check_capture = true;
+  /// How fast the cache follows a program's memory down: while what is live
+  /// stays an eighth below its recent peak, what the cache may keep falls by
+  /// an eighth per interval (by half in some five). Longer keeps memory for a
+  /// working set that comes back (up to a year); zero shrinks at every 32nd such free.
+  std::chrono::milliseconds shrink_interval{200};
 };
 
 /// What a caching_resource has done and holds.
@@ -42,7 +51,7 @@ struct cache_statistics {
   /// Memory held in the cache, free, in bytes and blocks.
   std::size_t cached_bytes = 0;
   std::size_t cached_blocks = 0;
-  /// The budget: `caching_options::max_cached_bytes`.
+  /// The budget: `caching_options::max_cached_bytes`, or the default it chose.
   std::size_t max_cached_bytes = 0;
   /// Events recorded to hand freed blocks to other streams, and blocks so handed.
   std::uint64_t events_recorded = 0;
@@ -68,13 +77,14 @@ struct cache_statistics {
 ///   ready for the host and every stream at once; after that, pmr `allocate`
 ///   reuses such blocks only in stream order and synchronizes.
 /// - The cache holds at most `max_cached_bytes`, and never much more than is
-///   live or was lately (the peak follows a rise at once and falls by a
-///   4096th per free while what is live stays an eighth below it; at least a
-///   64th of the budget): a miss first returns what is over,
-///   largest classes first, so a growing working set leaves no trail, and a
-///   free returns what is over, so the cache follows a program's memory down
-///   over some thousands of frees (a program that frees a few large blocks
-///   keeps them cached; `release()` gives everything back). Only blocks of the
+///   live or was lately: an eighth over the recent peak of what is live, or a
+///   64th of the budget up to 16 MiB. The peak follows a rise at once and falls by an
+///   eighth per `shrink_interval` while what is live stays an eighth below it.
+///   A miss first returns what is over, largest classes first, so a growing
+///   working set leaves no trail, and a free returns what is over, so the
+///   cache follows a program's memory down within some intervals of its
+///   going on with less (a program that stops freeing keeps what it cached;
+///   `release()` gives everything back). Only blocks of the
 ///   freeing stream, blocks no work touches and blocks sealed by an event can
 ///   leave at a free. On upstream exhaustion it returns all it can and
 ///   retries, then synchronizes every device, returns everything and retries.
@@ -94,6 +104,7 @@ struct cache_statistics {
 class caching_resource final : public resource_adaptor {
  public:
   /// A `max_cached_block` past `largest_cached_block` counts as that.
+  /// \throws std::invalid_argument for a negative `shrink_interval`.
   explicit caching_resource(stream_ordered_resource& upstream, caching_options options = {});
   /// As above, ordering streams through `ordering` (tests play CUDA with it).
   caching_resource(stream_ordered_resource& upstream, caching_options options, detail::stream_ordering& ordering);

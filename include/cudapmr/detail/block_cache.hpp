@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -81,7 +82,10 @@ class block_cache {
   /// \param max_cached_bytes the budget: the cache keeps no more than this.
   /// With CUDAPMR_NO_CACHING=1 in the environment when it is made, the cache
   /// refuses every block (see caching_disabled()).
-  block_cache(stream_ordering& ordering, std::size_t max_cached_bytes);
+  /// \param shrink_interval how fast what the cache may keep follows what is
+  /// live down (see note_live()).
+  block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
+              std::chrono::nanoseconds shrink_interval = std::chrono::milliseconds(200));
   ~block_cache();
   block_cache(const block_cache&) = delete;
   block_cache& operator=(const block_cache&) = delete;
@@ -113,7 +117,7 @@ class block_cache {
 
   /// After a miss on `stream` for `size_class`: moves into `out` what the
   /// cache should give up before the owner goes upstream: while it holds more
-  /// than is live (with the new block, and at least a 64th of the budget) or
+  /// than is live (with the new block, and at least the floor: a 64th of the budget, at most 16 MiB) or
   /// would pass its budget, blocks that no work touches, then sealed ones,
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
@@ -185,7 +189,7 @@ class block_cache {
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
   /// Bytes cached beyond what may be beside `incoming` more bytes: no more
-  /// than is live with them, or was lately (a 64th of the budget at least),
+  /// than is live with them, or an eighth over what was lately (the floor at least),
   /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
@@ -214,22 +218,26 @@ class block_cache {
   /// Counts a block the owner frees upstream instead of caching.
   give_outcome refuse(std::size_t size_class) noexcept;
   /// What the cache may hold beside `live` bytes: no more than is live or was
-  /// lately (`peak`), a 64th of the budget at least, and at most `budget`.
+  /// lately (`peak`) and an eighth, the floor at least, and at most `budget`.
   [[nodiscard]] std::int64_t allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
 
   stream_ordering& ordering_;
   const std::size_t max_bytes_;
+  const std::int64_t shrink_interval_;  // nanoseconds
   const std::size_t stream_share_;  // unsealed bytes a stream keeps before it seals
+  const std::int64_t floor_bytes_;  // what the cache may keep however little is live: a 64th of the budget, at most 16 MiB
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   const bool keep_nothing_;         // CUDAPMR_NO_CACHING=1 when the cache was made
+  std::atomic<std::int64_t> last_shrink_;  // steady-clock nanoseconds of the peak's last fall
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> cross_{0};
   std::atomic<stream_entry*> wanting_{nullptr};  // the stream that missed last
+  std::atomic<std::uint32_t> unanswered_seals_{0};  // seals for it since it last took a sealed block
   std::array<ready_shard, ready_shard_count> ready_;
   std::array<entry_shard, entry_shard_count> entries_;
   mutable std::mutex sealed_mutex_;

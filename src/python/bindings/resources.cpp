@@ -20,6 +20,8 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -248,12 +250,21 @@ void bind_adaptors(nb::module_& module) {
       .def(
           "__init__",
           [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
-             std::size_t max_cached_bytes, bool check_capture) {
-            new (self) caching_resource(upstream, caching_options{max_cached_block, max_cached_bytes, check_capture});
+             std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval) {
+            if (!(shrink_interval >= 0.0))  // also NaN
+              throw nb::value_error(
+                  ("shrink_interval must be a number of seconds >= 0; got " + std::to_string(shrink_interval)).c_str());
+            const auto interval = std::chrono::milliseconds(static_cast<std::int64_t>(std::min(shrink_interval, 1e9) * 1000.0));
+            new (self) caching_resource(upstream,
+                                        caching_options{max_cached_block, max_cached_bytes, check_capture, interval});
           },
           "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
-          "max_cached_bytes"_a = caching_options{}.max_cached_bytes, "check_capture"_a = true,
-          nb::keep_alive<1, 2>())
+          "max_cached_bytes"_a = nb::none(), "check_capture"_a = true,
+          "shrink_interval"_a = std::chrono::duration<double>(caching_options{}.shrink_interval).count(),
+          nb::keep_alive<1, 2>(),
+          "max_cached_bytes: the budget (None: an eighth of the upstream device's memory, 1 GiB for host "
+          "memory); shrink_interval: seconds per eighth that what the cache may keep falls while what is "
+          "live stays below its recent peak.")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");

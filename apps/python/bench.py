@@ -173,8 +173,8 @@ import json, sys, time, torch
 mode, steps = sys.argv[1], int(sys.argv[2])
 if mode != "torch":
     import cudapmr, cudapmr.torch
-    pool = cudapmr.DeviceMemoryResource(0)
-    resource = cudapmr.CachingResource(pool) if mode == "cudapmr-cache" else pool
+    leaf = cudapmr.DeviceMallocResource(0) if mode == "cudapmr-cache-malloc" else cudapmr.DeviceMemoryResource(0)
+    resource = leaf if mode == "cudapmr-pool" else cudapmr.CachingResource(leaf)
     torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(resource))
 free, total = torch.cuda.mem_get_info(0)  # initializes CUDA (after the allocator is chosen)
 baseline = device_peak = total - free
@@ -199,8 +199,10 @@ for i in range(steps):
     times.append(time.perf_counter() - start)
     sample()
 times.sort()
-if mode != "torch":
-    reserved, source = pool.statistics().reserved_high, "CUDA pool reserved_high"
+if mode == "cudapmr-cache-malloc":
+    reserved, source = leaf.allocated_bytes_high, "DeviceMallocResource allocated_bytes_high"
+elif mode != "torch":
+    reserved, source = leaf.statistics().reserved_high, "CUDA pool reserved_high"
 else:
     reserved, source = torch.cuda.max_memory_reserved(), "torch.cuda.max_memory_reserved"
 print(json.dumps({"median_ms": times[len(times) // 2] * 1e3, "device_peak": device_peak - baseline,
@@ -223,7 +225,8 @@ def training_table(steps, rounds):
     print("| allocator | median step (ms) | peak device memory (MiB) | peak reserved (MiB) | reserved as counted by |")
     print("|---|---:|---:|---:|---|")
     names = {"torch": "PyTorch caching allocator", "cudapmr-pool": "cudapmr DeviceMemoryResource (pluggable)",
-             "cudapmr-cache": "cudapmr CachingResource over it (pluggable)"}
+             "cudapmr-cache": "cudapmr CachingResource over it (pluggable)",
+             "cudapmr-cache-malloc": "cudapmr CachingResource over DeviceMallocResource (pluggable)"}
     # Fresh processes, alternating the allocators round by round; medians of the rounds.
     runs = {mode: [] for mode in names}
     failed = False

@@ -314,24 +314,6 @@ TEST(CachingResource, AProgramThatWindsDownKeepsLittleCached) {
   cache.deallocate_async(again, block, fake_stream(1));
 }
 
-TEST(CachingResource, WhatItHoldsWithWhatIsLiveStaysWithinAnEighthOverThePeak) {
-  // 32 MiB live in 1 MiB blocks, all freed, then 32 MiB live in 2 MiB blocks:
-  // the cached 1 MiB blocks go back as the 2 MiB ones miss, so the upstream
-  // never holds both sets (64 MiB).
-  host_memory_resource upstream;
-  caching_resource cache(upstream, {.max_cached_bytes = 256 * mebibyte});  // keeps at least 4 MiB
-  std::vector<void*> small(32), large(16);
-  for (void*& p : small) p = cache.allocate_async(mebibyte, fake_stream(1));
-  for (void* p : small) cache.deallocate_async(p, mebibyte, fake_stream(1));
-  std::size_t most_held = 0;
-  for (void*& p : large) {
-    p = cache.allocate_async(2 * mebibyte, fake_stream(1));
-    most_held = std::max(most_held, upstream.used_bytes());
-  }
-  EXPECT_LE(most_held, 32 * mebibyte + 32 * mebibyte / 8 + 2 * mebibyte);
-  for (void* p : large) cache.deallocate_async(p, 2 * mebibyte, fake_stream(1));
-}
-
 TEST(CachingResource, AWorkingSetThatEbbsAndFlowsWithinTheShrinkIntervalKeepsItsBlocks) {
   // 64 blocks allocated and all freed, 200 times over: thousands of frees with
   // little live, yet within the interval, so the cache keeps them all.

@@ -76,11 +76,10 @@ struct cache_statistics {
 ///   has never been handed out no work can be pending there, so the block is
 ///   ready for the host and every stream at once; after that, pmr `allocate`
 ///   reuses such blocks only in stream order and synchronizes.
-/// - The cache holds at most `max_cached_bytes`, and what it holds and what is
-///   live stay within an eighth over the recent peak of what is live (it may
-///   keep a 64th of the budget, at most 16 MiB, whatever the peak). The peak
-///   follows a rise at once and falls by an eighth per `shrink_interval`
-///   while what is live stays an eighth below it.
+/// - The cache holds at most `max_cached_bytes`, and never much more than is
+///   live or was lately: an eighth over the recent peak of what is live, or a
+///   64th of the budget up to 16 MiB. The peak follows a rise at once and falls by an
+///   eighth per `shrink_interval` while what is live stays an eighth below it.
 ///   A miss first returns what is over, largest classes first, so a growing
 ///   working set leaves no trail, and a free returns what is over, so the
 ///   cache follows a program's memory down within some intervals of its

@@ -116,15 +116,14 @@ class block_cache {
   void note_returned_upstream(std::size_t size_class) noexcept { static_cast<void>(refuse(size_class)); }
 
   /// After a miss on `stream` for `size_class`: moves into `out` what the
-  /// cache should give up before the owner goes upstream: while what it holds
-  /// and what is live, the new block included, pass an eighth over the recent
-  /// live peak (it keeps the floor: a 64th of the budget, at most 16 MiB) or
-  /// it would pass its budget, blocks that no work touches, then sealed ones,
+  /// cache should give up before the owner goes upstream: while it holds more
+  /// than is live (with the new block, and at least the floor: a 64th of the budget, at most 16 MiB) or
+  /// would pass its budget, blocks that no work touches, then sealed ones,
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
   /// After a free on `stream`: moves into `out` what the cache holds beyond
-  /// that line (which falls as the peak does), and a little more, as make_room does. So the cache shrinks
+  /// what is live, and a little more, as make_room does. So the cache shrinks
   /// as the program's memory does, and what an idle program keeps is small.
   void trim_to_live(stream_ref stream, std::vector<evicted_block>& out);
   /// Everything that can leave without a device synchronization, to be freed
@@ -189,9 +188,9 @@ class block_cache {
   static constexpr std::size_t entry_shard_count = 64;
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
-  /// Bytes cached beyond what may be beside `incoming` more live bytes: what
-  /// is cached and live stays within an eighth over the recent live peak (the
-  /// floor cached at least), within the budget.
+  /// Bytes cached beyond what may be beside `incoming` more bytes: no more
+  /// than is live with them, or an eighth over what was lately (the floor at least),
+  /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
@@ -218,8 +217,8 @@ class block_cache {
   std::int64_t note_live(std::int64_t live) noexcept;
   /// Counts a block the owner frees upstream instead of caching.
   give_outcome refuse(std::size_t size_class) noexcept;
-  /// What the cache may hold beside `live` bytes: up to an eighth over the
-  /// recent live `peak` with them, the floor at least, and at most `budget`.
+  /// What the cache may hold beside `live` bytes: no more than is live or was
+  /// lately (`peak`) and an eighth, the floor at least, and at most `budget`.
   [[nodiscard]] std::int64_t allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
 

@@ -159,8 +159,9 @@ TEST_F(TrackingAdaptor, NoexceptFreesReportEachMisuseAndNeverReachTheUpstream) {
   tracking_adaptor tracker = make_tracker();
   alignas(256) static unsigned char foreign[256];
   void* freed = tracker.allocate_async(128, stream_ref{});
-  tracker.deallocate_async(freed, 128, stream_ref{});
+  // Allocated before `freed` goes, so that the host heap cannot hand it the same address.
   void* live = tracker.allocate_async(300, 1024, fake_stream(2));
+  tracker.deallocate_async(freed, 128, stream_ref{});
   const std::size_t upstream_bytes = upstream_.used_bytes();
 
   tracker.deallocate_async(foreign, 256, stream_ref{});   // unknown pointer

@@ -232,7 +232,10 @@ void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
     {
       const std::lock_guard lock(entry->mutex);
       pointer = entry->unsealed.pop(size_class);
-      if (pointer != nullptr) account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+      if (pointer != nullptr) {
+        account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+        ++entry->hits;
+      }
     }
     if (pointer != nullptr) {
       stream_entry* expected = entry;
@@ -255,7 +258,10 @@ void* block_cache::take_ready_from(ready_shard& shard, std::size_t size_class) n
   if (shard.blocks.load(std::memory_order_relaxed) == 0) return nullptr;
   const std::lock_guard lock(shard.mutex);
   void* pointer = shard.lists.pop(size_class);
-  if (pointer != nullptr) account(shard.unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+  if (pointer != nullptr) {
+    account(shard.unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
+    ++shard.hits;
+  }
   shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
   return pointer;
 }
@@ -312,6 +318,7 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
       }
     }
   }
+  sealed_hits_.fetch_add(1, std::memory_order_relaxed);
   if (!own) {
     cross_.fetch_add(1, std::memory_order_relaxed);
     if (wanting_.load(std::memory_order_relaxed) == entry) unanswered_seals_.store(0, std::memory_order_relaxed);
@@ -601,6 +608,22 @@ std::size_t block_cache::blocks() const {
   return total;
 }
 
+std::uint64_t block_cache::hits() const {
+  std::uint64_t total = sealed_hits_.load(std::memory_order_relaxed);
+  for (const ready_shard& shard : ready_) {
+    const std::lock_guard lock(shard.mutex);
+    total += shard.hits;
+  }
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    for (const auto& entry : shard.entries) {
+      const std::lock_guard entry_lock(entry->mutex);
+      total += entry->hits;
+    }
+  }
+  return total;
+}
+
 std::vector<std::pair<cudaStream_t, std::size_t>> block_cache::bytes_by_stream() const {
   std::vector<std::pair<cudaStream_t, std::size_t>> result;
   std::size_t ready_bytes = 0;
@@ -634,22 +657,6 @@ std::vector<std::pair<cudaStream_t, std::size_t>> block_cache::bytes_by_stream()
     }
   }
   return result;
-}
-
-// ---- cache_counters -------------------------------------------------------------
-
-cache_counters::counters& cache_counters::local() noexcept { return shards_[this_thread_shard(shards_.size())]; }
-
-std::uint64_t cache_counters::hits() const noexcept {
-  std::uint64_t total = 0;
-  for (const counters& each : shards_) total += each.hits.load(std::memory_order_relaxed);
-  return total;
-}
-
-std::uint64_t cache_counters::misses() const noexcept {
-  std::uint64_t total = 0;
-  for (const counters& each : shards_) total += each.misses.load(std::memory_order_relaxed);
-  return total;
 }
 
 }  // namespace cudapmr::detail

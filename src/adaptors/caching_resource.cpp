@@ -90,7 +90,7 @@ void* caching_resource::allocate_block(std::size_t requested, std::size_t alignm
 }
 
 void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream) {
-  counters_.miss();
+  cache_.note_miss();
   const std::size_t bytes = detail::size_class_bytes(size_class);
   std::vector<detail::evicted_block> evicted;
   cache_.make_room(stream, size_class, evicted);
@@ -125,10 +125,7 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
   if (!is_cacheable(bytes, alignment) || is_captured(stream))
     return upstream_resource().allocate_async(bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
-  if (void* p = cache_.take(stream, size_class)) {
-    counters_.hit();
-    return p;
-  }
+  if (void* p = cache_.take(stream, size_class)) return p;
   return allocate_block(bytes, alignment, size_class, stream);
 }
 
@@ -157,10 +154,7 @@ void caching_resource::trim_to_live(stream_ref stream) noexcept {
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   detail::validate_alignment(alignment, bytes);
   if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate(bytes, alignment);
-  if (void* p = cache_.take_ready(detail::size_class_of(bytes))) {
-    counters_.hit();
-    return p;
-  }
+  if (void* p = cache_.take_ready(detail::size_class_of(bytes))) return p;
   // In stream order on the bound stream, then synchronized: blocks freed there are fine.
   return stream_ordered_resource::do_allocate(bytes, alignment);
 }
@@ -185,7 +179,7 @@ void caching_resource::release() {
 }
 
 cache_statistics caching_resource::statistics() const {
-  cache_statistics result{counters_.hits(),   counters_.misses(),  cache_.bytes(),
+  cache_statistics result{cache_.hits(),      cache_.misses(),  cache_.bytes(),
                           cache_.blocks(),    cache_.max_bytes(),  cache_.seals(),
                           cache_.cross_stream_reuses(), std::nullopt};
   if (const auto* pool = dynamic_cast<const pool_resource*>(&upstream_resource())) {

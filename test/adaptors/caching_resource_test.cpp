@@ -522,6 +522,10 @@ TEST(CachingResource, SixteenThreadsOnTheirOwnStreamsNeverShareALiveBlock) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(clashes.load(), 0);
+  // Every request was a hit or a miss, counted once, whichever path served it.
+  const cache_statistics counts = cache.statistics();
+  EXPECT_EQ(counts.hits + counts.misses, 16u * 3000u);
+  EXPECT_GT(counts.hits, counts.misses);
   cache.release();
   EXPECT_EQ(upstream.used_bytes(), 0u);
 }

@@ -146,7 +146,6 @@ class caching_resource final : public resource_adaptor {
   caching_options options_;
   detail::stream_ordering& ordering_;
   detail::block_cache cache_;
-  detail::cache_counters counters_;
 };
 
 }  // namespace cudapmr

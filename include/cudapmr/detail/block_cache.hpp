@@ -141,6 +141,10 @@ class block_cache {
   [[nodiscard]] std::vector<std::pair<cudaStream_t, std::size_t>> bytes_by_stream() const;
   /// Events recorded so far: how often streams sealed their frees.
   [[nodiscard]] std::uint64_t seals() const noexcept { return seals_.load(std::memory_order_relaxed); }
+  /// Requests served from the cache, and those that went upstream (`note_miss`).
+  [[nodiscard]] std::uint64_t hits() const;
+  [[nodiscard]] std::uint64_t misses() const noexcept { return misses_.load(std::memory_order_relaxed); }
+  void note_miss() noexcept { misses_.fetch_add(1, std::memory_order_relaxed); }
   /// Blocks handed to another stream through an event.
   [[nodiscard]] std::uint64_t cross_stream_reuses() const noexcept { return cross_.load(std::memory_order_relaxed); }
 
@@ -162,6 +166,7 @@ class block_cache {
     free_lists unsealed;   // freed here, no event yet: only this stream may reuse them
     std::uint32_t frees = 0;  // a new stream seals its first frees
     std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
+    std::uint64_t hits = 0;  // own blocks taken again: counted under the lock, on no shared cache line
   };
   struct sealed_event {
     ordering_event event;
@@ -179,6 +184,7 @@ class block_cache {
     free_lists lists;
     std::atomic<std::size_t> blocks{0};  // read without the lock to skip empty shards
     std::int64_t unflushed = 0;
+    std::uint64_t hits = 0;  // blocks taken from it, counted under the lock
   };
   struct alignas(64) entry_shard {
     mutable std::mutex mutex;  // guards `entries`, not the entries' lists
@@ -235,6 +241,8 @@ class block_cache {
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
+  std::atomic<std::uint64_t> sealed_hits_{0};  // hits from the sealed lists (others: in their entry or shard)
+  std::atomic<std::uint64_t> misses_{0};
   std::atomic<std::uint64_t> cross_{0};
   std::atomic<stream_entry*> wanting_{nullptr};  // the stream that missed last
   std::atomic<std::uint32_t> unanswered_seals_{0};  // seals for it since it last took a sealed block
@@ -243,24 +251,6 @@ class block_cache {
   mutable std::mutex sealed_mutex_;
   std::array<std::vector<sealed_block>, size_class_count> sealed_;
   std::atomic<std::size_t> sealed_blocks_{0};
-};
-
-/// Hit and miss counters, one cache line per thread shard so that counting
-/// never contends.
-class cache_counters {
- public:
-  void hit() noexcept { local().hits.fetch_add(1, std::memory_order_relaxed); }
-  void miss() noexcept { local().misses.fetch_add(1, std::memory_order_relaxed); }
-  [[nodiscard]] std::uint64_t hits() const noexcept;
-  [[nodiscard]] std::uint64_t misses() const noexcept;
-
- private:
-  struct alignas(64) counters {
-    std::atomic<std::uint64_t> hits{0};
-    std::atomic<std::uint64_t> misses{0};
-  };
-  counters& local() noexcept;
-  std::array<counters, 16> shards_;
 };
 
 }  // namespace cudapmr::detail

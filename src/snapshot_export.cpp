@@ -199,6 +199,7 @@ void write_stack(json_writer& json, const memory_snapshot& stack) {
   write_objects(json, "events", stack.events, [&json](const history_event& event) {
     json.member("action", to_string(event.action));
     write_record_members(json, event);
+    if (event.device_free_bytes) json.member("device_free_bytes", static_cast<std::uint64_t>(*event.device_free_bytes));
   });
   write_objects(json, "annotations", stack.annotations, [&json](const history_annotation& mark) {
     json.member("name", std::string_view(mark.name));
@@ -319,7 +320,9 @@ void write_trace_entry(pickle_writer& pickle, frame_names& frames, const char* a
                        const std::vector<void*>& call_stack) {
   pickle.begin_dict();
   pickle.item("action", action);
-  if (event.action == history_action::out_of_memory) pickle.item("device_free", 0);
+  // PyTorch's viewer reads an "oom" entry's device_free; 0 where it is unknown.
+  if (event.action == history_action::out_of_memory)
+    pickle.item("device_free", static_cast<std::uint64_t>(event.device_free_bytes.value_or(0)));
   else pickle.item("addr", address(event.pointer));
   pickle.item("size", static_cast<std::uint64_t>(event.bytes));
   pickle.item("stream", address(event.stream));
@@ -531,6 +534,8 @@ std::string to_chrome_trace(std::span<const memory_snapshot> stacks) {
         json.key("args");
         json.begin_object();
         json.member("requested_bytes", static_cast<std::uint64_t>(event.bytes));
+        if (event.device_free_bytes)
+          json.member("device_free_bytes", static_cast<std::uint64_t>(*event.device_free_bytes));
         json.end_object();
         json.end_object();
         continue;

@@ -2,6 +2,7 @@
 #include "cudapmr/adaptors/history_adaptor.hpp"
 
 #include "cudapmr/detail/call_stack.hpp"
+#include "cudapmr/device.hpp"
 #include "cudapmr/detail/thread_ordinal.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/memory_snapshot.hpp"
@@ -71,7 +72,8 @@ std::uint64_t history_adaptor::dropped() const noexcept {
 }
 
 void history_adaptor::record(history_action action, void* p, std::size_t bytes, std::size_t alignment,
-                             stream_ref stream, const std::vector<void*>* call_stack) noexcept {
+                             stream_ref stream, const std::vector<void*>* call_stack,
+                             std::uint64_t device_free) noexcept {
   const std::uint64_t ticket = next_ticket_.fetch_add(1, std::memory_order_relaxed);
   const std::size_t index = static_cast<std::size_t>(ticket) & mask_;
   slot& entry = slots_[index];
@@ -85,7 +87,8 @@ void history_adaptor::record(history_action action, void* p, std::size_t bytes, 
   }
   entry.time_ns.store(now_ns(), std::memory_order_relaxed);
   entry.thread.store(detail::thread_ordinal(), std::memory_order_relaxed);
-  entry.pointer.store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_relaxed);
+  entry.pointer.store(action == history_action::out_of_memory ? device_free : reinterpret_cast<std::uintptr_t>(p),
+                      std::memory_order_relaxed);
   entry.bytes.store(bytes, std::memory_order_relaxed);
   entry.alignment.store(alignment, std::memory_order_relaxed);
   entry.stream.store(reinterpret_cast<std::uintptr_t>(stream.get()), std::memory_order_relaxed);
@@ -110,7 +113,9 @@ std::vector<history_event> history_adaptor::events() const {
     event.sequence = ticket + 1;
     event.time_ns = entry.time_ns.load(std::memory_order_relaxed);
     event.thread = entry.thread.load(std::memory_order_relaxed);
-    event.pointer = reinterpret_cast<void*>(entry.pointer.load(std::memory_order_relaxed));
+    const std::uintptr_t pointer_word = entry.pointer.load(std::memory_order_relaxed);
+    if (event.action != history_action::out_of_memory) event.pointer = reinterpret_cast<void*>(pointer_word);
+    else if (pointer_word != unknown_device_free) event.device_free_bytes = pointer_word;
     event.bytes = entry.bytes.load(std::memory_order_relaxed);
     event.alignment = entry.alignment.load(std::memory_order_relaxed);
     event.stream = stream_ref(reinterpret_cast<cudaStream_t>(entry.stream.load(std::memory_order_relaxed)));
@@ -124,6 +129,15 @@ std::vector<history_event> history_adaptor::events() const {
   return events;
 }
 
+std::uint64_t history_adaptor::device_free_now() const noexcept {
+  if ((kind() != memory_kind::device && kind() != memory_kind::managed) || device_id() < 0) return unknown_device_free;
+  try {
+    return device(device_id()).free_memory();
+  } catch (...) {  // the event goes without it
+    return unknown_device_free;
+  }
+}
+
 void* history_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   std::vector<void*> call_stack;
   if (frames_per_slot_ != 0)
@@ -132,7 +146,7 @@ void* history_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignmen
   try {
     p = upstream_resource().allocate_async(bytes, alignment, stream);
   } catch (const out_of_memory& refusal) {
-    record(history_action::out_of_memory, nullptr, bytes, alignment, stream, &call_stack);
+    record(history_action::out_of_memory, nullptr, bytes, alignment, stream, &call_stack, device_free_now());
     if (refusal.report() != nullptr) throw;  // explained below already
     if (explained_.fetch_add(1, std::memory_order_relaxed) >= options_.explained_refusals) throw;
     std::shared_ptr<const out_of_memory_report> report;

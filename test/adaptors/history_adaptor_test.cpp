@@ -2,11 +2,16 @@
 // history_adaptor: the events it records and keeps, its ring's bound, its
 // annotations, and the report an out_of_memory carries through it.
 #include "support/resource_contract.hpp"
+#include "support/gpu.hpp"
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/detail/thread_ordinal.hpp>
 #include <cudapmr/memory_snapshot.hpp>
+#include <cudapmr/snapshot_export.hpp>
+#include <cudapmr/device_memory_resource.hpp>
+#include <cudapmr/device.hpp>
+#include <cudapmr/stream.hpp>
 
 #include <gtest/gtest.h>
 
@@ -154,7 +159,27 @@ TEST(HistoryAdaptor, OutOfMemoryIsRecordedAndExplained) {
   EXPECT_EQ(events[1].action, history_action::out_of_memory);
   EXPECT_EQ(events[1].bytes, 2 * mebibyte);
   EXPECT_EQ(events[1].pointer, nullptr);
+  EXPECT_FALSE(events[1].device_free_bytes.has_value()) << "host memory: no device to ask";
   history.deallocate_async(held, 3 * mebibyte, fake_stream(7));
+}
+
+TEST(HistoryAdaptor, OutOfMemoryOfDeviceMemoryRecordsTheDevicesFreeMemory) {
+  // PyTorch's viewer reads the free memory of each "oom" entry; the trace wrote 0 for it.
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource pool(0, device_pool_options{.max_size = 64 * mebibyte});
+  history_adaptor history(pool);
+  const cudapmr::stream stream(0);
+  EXPECT_THROW(static_cast<void>(history.allocate_async(128 * mebibyte, stream.ref())), out_of_memory);
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].action, history_action::out_of_memory);
+  EXPECT_EQ(events[0].pointer, nullptr);
+  ASSERT_TRUE(events[0].device_free_bytes.has_value());
+  EXPECT_GT(*events[0].device_free_bytes, 0u);
+  EXPECT_LE(*events[0].device_free_bytes, device(0).total_memory());
+  const std::string json = to_json(snapshot(history));
+  EXPECT_NE(json.find("\"device_free_bytes\":" + std::to_string(*events[0].device_free_bytes)), std::string::npos)
+      << json;
 }
 
 TEST(HistoryAdaptor, ExplainsOnlyAsManyRefusalsAsAskedButRecordsEach) {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -46,6 +47,9 @@ struct history_event {
   stream_ref stream{cudaStream_t{}};
   /// Return addresses, innermost first; empty unless call stacks are captured.
   std::vector<void*> call_stack;
+  /// Out-of-memory events of device or managed memory: the device's free
+  /// memory when the refusal came, where CUDA could say.
+  std::optional<std::size_t> device_free_bytes;
 };
 
 /// Where a named region starts or ends.
@@ -114,8 +118,12 @@ class history_adaptor final : public resource_adaptor {
 
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  /// `device_free` is kept for out_of_memory events only (in the slot of the pointer, which they lack).
   void record(history_action action, void* p, std::size_t bytes, std::size_t alignment, stream_ref stream,
-              const std::vector<void*>* call_stack) noexcept;
+              const std::vector<void*>* call_stack, std::uint64_t device_free = unknown_device_free) noexcept;
+  static constexpr std::uint64_t unknown_device_free = std::numeric_limits<std::uint64_t>::max();
+  /// The device's free memory, for an out_of_memory event; unknown for host kinds or where CUDA cannot say.
+  [[nodiscard]] std::uint64_t device_free_now() const noexcept;
   void annotate(std::string_view name, annotation_stage stage);
 
   history_options options_;

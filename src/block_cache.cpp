@@ -118,14 +118,14 @@ thread_local entry_memo last_entry;
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
                          std::chrono::nanoseconds shrink_interval)
     : ordering_(ordering),
-      max_bytes_(max_cached_bytes),
+      // The counts are signed: a budget past 2^63 (SIZE_MAX for "unbounded") is 2^63 - 1.
+      max_bytes_(std::min<std::size_t>(max_cached_bytes, std::numeric_limits<std::int64_t>::max())),
       shrink_interval_(shrink_interval.count()),
       stream_share_(max_cached_bytes / 8),
       floor_bytes_(static_cast<std::int64_t>(std::min(max_cached_bytes / 64, std::size_t{16} << 20))),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()),
-      keep_nothing_(caching_disabled()),
-      last_shrink_(clock_ticks()) {}
+      keep_nothing_(caching_disabled()) {}
 
 block_cache::~block_cache() {
   // Blocks were drained by the owner; events of sealed blocks left behind (a
@@ -195,24 +195,32 @@ block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
 }
 
 std::int64_t block_cache::note_live(std::int64_t live) noexcept {
-  // Follows a rise at once; while what is live stays an eighth below, falls by
-  // an eighth per shrink interval (half in some five), checked at every 32nd
-  // such free of a thread. So a working set that ebbs and flows within the
-  // interval finds its blocks again, however many frees it makes, and a
-  // program that frees much and goes on with less takes the cache down with
-  // it. Written only on such changes, so threads that reuse their own frees do
-  // not share a cache line; a racing write may lose a rise or a fall, which
-  // costs one trim more or less.
+  // Follows a rise at once; once what is live has stayed an eighth below it
+  // for a shrink interval, falls by an eighth per interval (half in some
+  // five), looked at every 32nd such free of this cache. So a working set that
+  // dips and comes back within the interval finds its blocks again, however
+  // many frees it makes or however long it stays near its peak, and a program
+  // that goes on with less takes the cache down with it. Written only on such
+  // changes, so threads that reuse their own frees do not share a cache line;
+  // a racing write may lose a rise or a fall, which costs one trim more or less.
   const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
   if (live > peak) {
     recent_live_peak_.store(live, std::memory_order_relaxed);
+    if (below_since_.load(std::memory_order_relaxed) != 0) below_since_.store(0, std::memory_order_relaxed);
     return live;
   }
-  thread_local std::uint32_t frees_below = 0;
-  if (live >= peak - peak / 8 || ++frees_below % 32 != 0) return peak;
+  if (live >= peak - peak / 8) {
+    if (below_since_.load(std::memory_order_relaxed) != 0) below_since_.store(0, std::memory_order_relaxed);
+    return peak;
+  }
+  if (frees_below_.fetch_add(1, std::memory_order_relaxed) % 32 != 31) return peak;
   const std::int64_t now = clock_ticks();
-  std::int64_t last = last_shrink_.load(std::memory_order_relaxed);
-  if (now - last < shrink_interval_ || !last_shrink_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+  std::int64_t since = below_since_.load(std::memory_order_relaxed);
+  if (since == 0) {  // the dip starts: the interval runs from here
+    below_since_.compare_exchange_strong(since, now, std::memory_order_relaxed);
+    return peak;
+  }
+  if (now - since < shrink_interval_ || !below_since_.compare_exchange_strong(since, now, std::memory_order_relaxed))
     return peak;
   recent_live_peak_.store(peak - peak / 8, std::memory_order_relaxed);
   return peak - peak / 8;

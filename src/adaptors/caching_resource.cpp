@@ -21,8 +21,8 @@ detail::stream_ordering& ordering_for(memory_kind kind) noexcept {
   return kind == memory_kind::pageable ? detail::host_stream_ordering() : detail::cuda_stream_ordering();
 }
 
-/// The default budget: an eighth of the upstream device's memory; 1 GiB for
-/// memory of no one device, or where CUDA cannot say.
+/// The default budget: an eighth of the upstream device's memory, at least
+/// 1 GiB; 1 GiB for memory of no one device, or where CUDA cannot say.
 std::size_t default_budget(const stream_ordered_resource& upstream) noexcept {
   constexpr std::size_t fallback = std::size_t{1} << 30;
   if (upstream.device_id() < 0 || upstream.kind() == memory_kind::pinned || upstream.kind() == memory_kind::pageable)

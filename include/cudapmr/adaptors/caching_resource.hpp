@@ -27,17 +27,18 @@ struct caching_options {
   std::size_t max_cached_block = std::size_t{1} << 30;
   /// The most bytes the cache holds free. Past it, freed blocks go back
   /// upstream at once, and a miss first returns what would pass it. Unset: an
-  /// eighth of the memory of the upstream's device (17.6 GB on an H200), or
-  /// 1 GiB where the upstream's memory is no one device's (pinned, pageable).
+  /// eighth of the memory of the upstream's device (17.6 GB on an H200) and at
+  /// least 1 GiB, or 1 GiB where the upstream's memory is no one device's
+  /// (pinned, pageable). Past 2^63 - 1 counts as that.
   /// What the cache keeps follows what is live well below this bound.
   std::optional<std::size_t> max_cached_bytes;
   /// Ask CUDA at every allocation and free whether the stream is being
   /// captured into a graph (a driver call: some 35 ns each on an H200's
   /// host). Turn it off only where no stream the cache sees is ever captured.
   bool check_capture = true;
-  /// How fast the cache follows a program's memory down: while what is live
-  /// stays an eighth below its recent peak, what the cache may keep falls by
-  /// an eighth per interval (by half in some five). Longer keeps memory for a
+  /// How fast the cache follows a program's memory down: once what is live
+  /// has stayed an eighth below its recent peak for an interval, what the
+  /// cache may keep falls by an eighth per interval (by half in some five). Longer keeps memory for a
   /// working set that comes back (up to a year); zero shrinks at every 32nd such free.
   std::chrono::milliseconds shrink_interval{200};
 };
@@ -78,8 +79,9 @@ struct cache_statistics {
 ///   reuses such blocks only in stream order and synchronizes.
 /// - The cache holds at most `max_cached_bytes`, and never much more than is
 ///   live or was lately: an eighth over the recent peak of what is live, or a
-///   64th of the budget up to 16 MiB. The peak follows a rise at once and falls by an
-///   eighth per `shrink_interval` while what is live stays an eighth below it.
+///   64th of the budget up to 16 MiB. The peak follows a rise at once and,
+///   once what is live has stayed an eighth below it for `shrink_interval`,
+///   falls by an eighth per interval.
 ///   A miss first returns what is over, largest classes first, so a growing
 ///   working set leaves no trail, and a free returns what is over, so the
 ///   cache follows a program's memory down within some intervals of its

@@ -236,7 +236,8 @@ class block_cache {
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   const bool keep_nothing_;         // CUDAPMR_NO_CACHING=1 when the cache was made
-  std::atomic<std::int64_t> last_shrink_;  // steady-clock nanoseconds of the peak's last fall
+  std::atomic<std::int64_t> below_since_{0};   // steady-clock ns since which what is live stayed below the peak; 0: not below
+  std::atomic<std::uint32_t> frees_below_{0};  // frees while below: every 32nd looks at the clock
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()

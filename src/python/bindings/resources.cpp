@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -254,7 +255,9 @@ void bind_adaptors(nb::module_& module) {
             if (!(shrink_interval >= 0.0))  // also NaN
               throw nb::value_error(
                   ("shrink_interval must be a number of seconds >= 0; got " + std::to_string(shrink_interval)).c_str());
-            const auto interval = std::chrono::milliseconds(static_cast<std::int64_t>(std::min(shrink_interval, 1e9) * 1000.0));
+            // Whole milliseconds, rounded up: a positive interval never becomes 0 (shrink at once).
+            const auto interval =
+                std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(shrink_interval, 1e9) * 1000.0)));
             new (self) caching_resource(upstream,
                                         caching_options{max_cached_block, max_cached_bytes, check_capture, interval});
           },

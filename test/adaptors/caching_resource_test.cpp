@@ -67,6 +67,14 @@ void settle(caching_resource& cache, stream_ref stream, std::size_t bytes) {
   for (int i = 0; i < 4; ++i) cache.deallocate_async(cache.allocate_async(bytes, stream), bytes, stream);
 }
 
+/// Allocates `count` blocks of `bytes` on one stream, holds them for `hold`, then frees them all.
+void hold_then_free(caching_resource& cache, std::size_t count, std::size_t bytes, std::chrono::milliseconds hold) {
+  std::vector<void*> blocks(count);
+  for (void*& p : blocks) p = cache.allocate_async(bytes, fake_stream(1));
+  if (hold.count() != 0) std::this_thread::sleep_for(hold);
+  for (void* p : blocks) cache.deallocate_async(p, bytes, fake_stream(1));
+}
+
 TEST(CachingResource, ReusesAFreedBlockOnTheSameStreamWithoutGoingUpstream) {
   host_memory_resource upstream;
   caching_resource cache(upstream);
@@ -319,11 +327,7 @@ TEST(CachingResource, AWorkingSetThatEbbsAndFlowsWithinTheShrinkIntervalKeepsIts
   // little live, yet within the interval, so the cache keeps them all.
   host_memory_resource upstream;
   caching_resource cache(upstream, {.max_cached_bytes = 256 * mebibyte, .shrink_interval = std::chrono::seconds(60)});
-  std::vector<void*> blocks(64);
-  for (int cycle = 0; cycle < 200; ++cycle) {
-    for (void*& p : blocks) p = cache.allocate_async(mebibyte, fake_stream(1));
-    for (void* p : blocks) cache.deallocate_async(p, mebibyte, fake_stream(1));
-  }
+  for (int cycle = 0; cycle < 200; ++cycle) hold_then_free(cache, 64, mebibyte, std::chrono::milliseconds(0));
   EXPECT_EQ(cache.statistics().misses, 64u);
   EXPECT_EQ(upstream.used_bytes(), 64 * mebibyte);
 }
@@ -354,12 +358,7 @@ TEST(CachingResource, ABriefDipAfterALongStayAtThePeakKeepsTheBlocks) {
   // a moment between them, loses nothing.
   host_memory_resource upstream;
   caching_resource cache(upstream, {.max_cached_bytes = 256 * mebibyte, .shrink_interval = std::chrono::milliseconds(20)});
-  std::vector<void*> blocks(64);
-  for (int step = 0; step < 4; ++step) {
-    for (void*& p : blocks) p = cache.allocate_async(mebibyte, fake_stream(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the step, at the peak
-    for (void* p : blocks) cache.deallocate_async(p, mebibyte, fake_stream(1));
-  }
+  for (int step = 0; step < 4; ++step) hold_then_free(cache, 64, mebibyte, std::chrono::milliseconds(30));
   EXPECT_EQ(cache.statistics().misses, 64u);
 }
 

@@ -204,14 +204,11 @@ std::int64_t block_cache::note_live(std::int64_t live) noexcept {
   // changes, so threads that reuse their own frees do not share a cache line;
   // a racing write may lose a rise or a fall, which costs one trim more or less.
   const std::int64_t peak = recent_live_peak_.load(std::memory_order_relaxed);
-  if (live > peak) {
+  if (live >= peak - peak / 8) {  // at or near the peak: no dip under way
+    if (below_since_.load(std::memory_order_relaxed) != 0) below_since_.store(0, std::memory_order_relaxed);
+    if (live <= peak) return peak;
     recent_live_peak_.store(live, std::memory_order_relaxed);
-    if (below_since_.load(std::memory_order_relaxed) != 0) below_since_.store(0, std::memory_order_relaxed);
     return live;
-  }
-  if (live >= peak - peak / 8) {
-    if (below_since_.load(std::memory_order_relaxed) != 0) below_since_.store(0, std::memory_order_relaxed);
-    return peak;
   }
   if (frees_below_.fetch_add(1, std::memory_order_relaxed) % 32 != 31) return peak;
   const std::int64_t now = clock_ticks();

@@ -220,6 +220,8 @@ std::int64_t block_cache::note_live(std::int64_t live) noexcept {
   if (now - since < shrink_interval_ || !below_since_.compare_exchange_strong(since, now, std::memory_order_relaxed))
     return peak;
   recent_live_peak_.store(peak - peak / 8, std::memory_order_relaxed);
+  // The upstream's high-water mark starts again from what it holds now.
+  most_held_.store(held_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   return peak - peak / 8;
 }
 
@@ -334,6 +336,69 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
     wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
   }
   return block.pointer;
+}
+
+void* block_cache::take_larger(stream_ref stream, std::size_t& size_class) noexcept {
+  if (held_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size_class_bytes(size_class)) <=
+      most_held_.load(std::memory_order_relaxed))
+    return nullptr;  // the upstream held this much before: a new block takes nothing it had not
+  // The block's entry in larger_classes_ is made first, under a key of this
+  // call's own, so that no block leaves the lists unless its class is kept.
+  const int placeholder = 0;
+  try {
+    const std::lock_guard lock(larger_mutex_);
+    larger_classes_.reserve(larger_classes_.size() + 1);
+    larger_classes_.emplace(&placeholder, 0);
+  } catch (...) {
+    return nullptr;
+  }
+  const std::size_t last = std::min(size_class + size_classes_per_octave, size_class_count - 1);
+  void* pointer = nullptr;
+  std::size_t found = size_class;
+  stream_entry* entry = entry_of(stream);
+  if (entry != nullptr) {
+    const std::lock_guard lock(entry->mutex);
+    for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each) {
+      if ((pointer = entry->unsealed.pop(each)) == nullptr) continue;
+      found = each;
+      account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(each)));
+      ++entry->hits;
+    }
+  }
+  for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each)
+    if ((pointer = take_ready(each)) != nullptr) found = each;
+  if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
+    for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each)
+      if ((pointer = take_sealed(stream, entry, each)) != nullptr) found = each;
+  const std::lock_guard lock(larger_mutex_);
+  auto node = larger_classes_.extract(&placeholder);
+  if (pointer == nullptr) return nullptr;
+  node.key() = pointer;
+  node.mapped() = found;
+  larger_classes_.insert(std::move(node));  // reserved: no allocation
+  larger_out_.fetch_add(1, std::memory_order_relaxed);
+  size_class = found;
+  stream_entry* expected = entry;  // served after all: take's request for sealed blocks is withdrawn
+  if (entry != nullptr && wanting_.load(std::memory_order_relaxed) == entry)
+    wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
+  return pointer;
+}
+
+std::size_t block_cache::class_when_freed(void* pointer, std::size_t size_class) noexcept {
+  if (larger_out_.load(std::memory_order_relaxed) == 0) return size_class;
+  const std::lock_guard lock(larger_mutex_);
+  const auto found = larger_classes_.find(pointer);
+  if (found == larger_classes_.end()) return size_class;
+  const std::size_t larger = found->second;
+  larger_classes_.erase(found);
+  larger_out_.fetch_sub(1, std::memory_order_relaxed);
+  return larger;
+}
+
+void block_cache::note_taken_upstream(std::size_t size_class) noexcept {
+  const auto bytes = static_cast<std::int64_t>(size_class_bytes(size_class));
+  const std::int64_t held = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (held > most_held_.load(std::memory_order_relaxed)) most_held_.store(held, std::memory_order_relaxed);
 }
 
 // ---- giving ----------------------------------------------------------------------

@@ -90,6 +90,8 @@ void* caching_resource::allocate_block(std::size_t requested, std::size_t alignm
 }
 
 void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream) {
+  std::size_t larger_class = size_class;
+  if (void* p = cache_.take_larger(stream, larger_class)) return p;
   cache_.note_miss();
   const std::size_t bytes = detail::size_class_bytes(size_class);
   std::vector<detail::evicted_block> evicted;
@@ -121,10 +123,22 @@ void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream
 }
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
-  // During capture the upstream's allocation becomes a graph node.
-  if (!is_cacheable(bytes, alignment) || is_captured(stream))
-    return upstream_resource().allocate_async(bytes, alignment, stream);
+  if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate_async(bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
+  if (is_captured(stream)) {
+    // The upstream's allocation becomes a graph node. A whole class, so that
+    // a free after the capture may cache it; and no eviction, whose frees
+    // would become nodes of the graph too.
+    try {
+      void* p = upstream_resource().allocate_async(detail::size_class_bytes(size_class), block_alignment, stream);
+      cache_.note_taken_upstream(size_class);
+      return p;
+    } catch (const out_of_memory& error) {
+      throw out_of_memory(bytes, alignment, description(),
+                          fmt::format("during stream capture, the upstream refused the {} bytes of its size class: {}",
+                                      detail::size_class_bytes(size_class), error.what()));
+    }
+  }
   if (void* p = cache_.take(stream, size_class)) return p;
   return allocate_block(bytes, alignment, size_class, stream);
 }
@@ -132,11 +146,14 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
 void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                            stream_ref stream) noexcept {
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate_async(p, bytes, alignment, stream);
-  const std::size_t size_class = detail::size_class_of(bytes);
+  const std::size_t size_class = cache_.class_when_freed(p, detail::size_class_of(bytes));
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
-  const auto outcome = is_captured(stream) ? detail::block_cache::give_outcome::refused
-                                           : cache_.give(stream, size_class, p);
+  if (is_captured(stream)) {
+    cache_.note_returned_upstream(size_class);
+    return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
+  }
+  const auto outcome = cache_.give(stream, size_class, p);
   if (outcome == detail::block_cache::give_outcome::refused)
     return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
   if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(stream);
@@ -162,7 +179,7 @@ void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
 void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate(p, bytes, alignment);
-  const std::size_t size_class = detail::size_class_of(bytes);
+  const std::size_t size_class = cache_.class_when_freed(p, detail::size_class_of(bytes));
   // With the bound stream never handed out, nothing queued can touch the block.
   const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
                                              : cache_.give_ready(size_class, p);

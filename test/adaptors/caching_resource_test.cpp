@@ -271,6 +271,63 @@ TEST(CachingResource, CaptureGoesUpstreamNotIntoTheCache) {
   cache.deallocate_async(cached, 4096, fake_stream(1));
 }
 
+TEST(CachingResource, ABlockAllocatedDuringCaptureIsAWholeClassForTheCacheAfterIt) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  ordering.captured.insert(fake_stream(1));
+  void* in_graph = cache.allocate_async(1000, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 1024u) << "freed after the capture, the block serves requests of its whole class";
+  ordering.captured.clear();
+  cache.deallocate_async(in_graph, 1000, fake_stream(1));
+  void* reused = cache.allocate_async(1024, fake_stream(1));
+  EXPECT_EQ(reused, in_graph);
+  cache.deallocate_async(reused, 1024, fake_stream(1));
+  cache.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
+TEST(CachingResource, AMissThatWouldGrowTheUpstreamTakesACachedBlockUpToTwiceItsClass) {
+  host_memory_resource upstream;
+  caching_resource cache(upstream);
+  void* large = cache.allocate_async(3 * mebibyte, fake_stream(1));
+  cache.deallocate_async(large, 3 * mebibyte, fake_stream(1));
+  const std::size_t held = upstream.used_bytes();
+  void* smaller = cache.allocate_async(2 * mebibyte + 1, fake_stream(1));  // class 2.5 MiB: none cached
+  EXPECT_EQ(smaller, large);
+  EXPECT_EQ(upstream.used_bytes(), held);
+  EXPECT_EQ(cache.statistics().hits, 1u);
+  EXPECT_EQ(cache.statistics().misses, 1u);
+  cache.deallocate_async(smaller, 2 * mebibyte + 1, fake_stream(1));
+  // Freed, the block is back in its own class, and leaves with its own size.
+  void* again = cache.allocate_async(3 * mebibyte, fake_stream(1));
+  EXPECT_EQ(again, large);
+  cache.deallocate_async(again, 3 * mebibyte, fake_stream(1));
+  cache.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  // 4 MiB is more than twice the 1.25 MiB class of the next request.
+  cache.deallocate_async(cache.allocate_async(4 * mebibyte, fake_stream(1)), 4 * mebibyte, fake_stream(1));
+  const std::uint64_t hits = cache.statistics().hits;
+  void* small = cache.allocate_async(mebibyte + 1, fake_stream(1));
+  EXPECT_EQ(cache.statistics().hits, hits);
+  cache.deallocate_async(small, mebibyte + 1, fake_stream(1));
+}
+
+TEST(CachingResource, AMissWithinWhatTheUpstreamHeldBeforeTakesABlockOfItsClass) {
+  // The upstream held 6 MiB; with 3 MiB cached and 2.5 MiB asked, it holds no more than before.
+  host_memory_resource upstream;
+  caching_resource cache(upstream, caching_options{.max_cached_bytes = 4 * mebibyte});
+  void* first = cache.allocate_async(3 * mebibyte, fake_stream(1));
+  void* second = cache.allocate_async(3 * mebibyte, fake_stream(1));
+  cache.deallocate_async(first, 3 * mebibyte, fake_stream(1));
+  cache.deallocate_async(second, 3 * mebibyte, fake_stream(1));  // past the budget: upstream
+  ASSERT_EQ(cache.statistics().cached_blocks, 1u);
+  void* smaller = cache.allocate_async(2 * mebibyte + 1, fake_stream(1));
+  EXPECT_EQ(cache.statistics().hits, 0u) << "the 3 MiB block served a 2.5 MiB class";
+  EXPECT_EQ(cache.statistics().misses, 3u);
+  cache.deallocate_async(smaller, 2 * mebibyte + 1, fake_stream(1));
+}
+
 TEST(CachingResource, TheBudgetBoundsWhatIsCached) {
   host_memory_resource upstream;
   caching_resource cache(upstream, caching_options{.max_cached_bytes = 4 * mebibyte});

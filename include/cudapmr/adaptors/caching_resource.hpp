@@ -82,6 +82,11 @@ struct cache_statistics {
 ///   64th of the budget up to 16 MiB. The peak follows a rise at once and,
 ///   once what is live has stayed an eighth below it for `shrink_interval`,
 ///   falls by an eighth per interval.
+///   A miss that would take the upstream past the most it has held is served
+///   by a cached block of one of the next four classes up (at most twice the
+///   request's class) where there is one, so blocks of classes that went cold
+///   serve the classes in demand instead of piling up beside new ones; at its
+///   free such a block goes back to its own class.
 ///   A miss first returns what is over, largest classes first, so a growing
 ///   working set leaves no trail, and a free returns what is over, so the
 ///   cache follows a program's memory down within some intervals of its
@@ -92,7 +97,8 @@ struct cache_statistics {
 ///   retries, then synchronizes every device, returns everything and retries.
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph
-///   (unless `check_capture` is off).
+///   (unless `check_capture` is off). Allocations take whole size classes
+///   there too, so that a block freed after the capture can be cached.
 /// - With `CUDAPMR_NO_CACHING=1` in the environment when it is made, it keeps
 ///   nothing: every free goes upstream, where compute-sanitizer's memcheck
 ///   sees a later use (it cannot see into a cache of pool memory).

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace cudapmr::detail {
@@ -102,6 +103,15 @@ class block_cache {
   /// caller then frees it upstream on `stream`).
   [[nodiscard]] give_outcome give(stream_ref stream, std::size_t size_class, void* pointer) noexcept;
 
+  /// After `take` found nothing, where a new block of `size_class` would take
+  /// the upstream past the most it has held: a block of the next few classes
+  /// up (at most twice the size) usable on `stream`, or null. `size_class`
+  /// becomes the block's; pass the pointer to `class_when_freed` at its free.
+  [[nodiscard]] void* take_larger(stream_ref stream, std::size_t& size_class) noexcept;
+  /// The class of a block freed with a request of `size_class`: the larger
+  /// one where `take_larger` handed it out.
+  [[nodiscard]] std::size_t class_when_freed(void* pointer, std::size_t size_class) noexcept;
+
   /// A block of `size_class` that no queued work can touch, or null.
   [[nodiscard]] void* take_ready(std::size_t size_class) noexcept;
   /// Keeps a block no queued work can touch, or refuses it, as `give`.
@@ -109,9 +119,7 @@ class block_cache {
 
   /// The owner took a block of `size_class` from upstream; `give` and the
   /// evictions count it back out (what is live is what was taken and is not cached).
-  void note_taken_upstream(std::size_t size_class) noexcept {
-    held_.fetch_add(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
-  }
+  void note_taken_upstream(std::size_t size_class) noexcept;
   /// The owner returned upstream a block the cache handed out, past the cache.
   void note_returned_upstream(std::size_t size_class) noexcept { static_cast<void>(refuse(size_class)); }
 
@@ -240,6 +248,8 @@ class block_cache {
   std::atomic<std::uint32_t> frees_below_{0};  // frees while below: every 32nd looks at the clock
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
+  std::atomic<std::int64_t> most_held_{0};  // the most held_ has been since the recent peak last fell
+  std::atomic<std::size_t> larger_out_{0};  // blocks take_larger handed out and not yet freed
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> sealed_hits_{0};  // hits from the sealed lists (others: in their entry or shard)
@@ -249,6 +259,8 @@ class block_cache {
   std::atomic<std::uint32_t> unanswered_seals_{0};  // seals for it since it last took a sealed block
   std::array<ready_shard, ready_shard_count> ready_;
   std::array<entry_shard, entry_shard_count> entries_;
+  std::mutex larger_mutex_;
+  std::unordered_map<const void*, std::size_t> larger_classes_;  // blocks take_larger handed out, by pointer
   mutable std::mutex sealed_mutex_;
   std::array<std::vector<sealed_block>, size_class_count> sealed_;
   std::atomic<std::size_t> sealed_blocks_{0};

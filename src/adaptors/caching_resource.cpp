@@ -14,9 +14,6 @@
 namespace cudapmr {
 namespace {
 
-/// Alignment of every block the cache asks for; what pools guarantee.
-constexpr std::size_t block_alignment = 256;
-
 detail::stream_ordering& ordering_for(memory_kind kind) noexcept {
   return kind == memory_kind::pageable ? detail::host_stream_ordering() : detail::cuda_stream_ordering();
 }
@@ -61,14 +58,6 @@ caching_resource::~caching_resource() {
     release();
   } catch (...) {  // a destructor never throws; at worst the blocks stay with the pool
   }
-}
-
-bool caching_resource::is_captured(stream_ref stream) const noexcept {
-  return options_.check_capture && ordering_.is_capturing(stream);
-}
-
-bool caching_resource::is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
-  return bytes != 0 && alignment <= block_alignment && bytes <= options_.max_cached_block;
 }
 
 void caching_resource::free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept {

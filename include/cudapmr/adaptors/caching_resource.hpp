@@ -138,8 +138,15 @@ class caching_resource final : public resource_adaptor {
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
 
-  [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
-  [[nodiscard]] bool is_captured(stream_ref stream) const noexcept;
+  /// Alignment of every block the cache asks for; what pools guarantee.
+  static constexpr std::size_t block_alignment = 256;
+  // Defined here, inline: both run at every allocate and free.
+  [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
+    return bytes != 0 && alignment <= block_alignment && bytes <= options_.max_cached_block;
+  }
+  [[nodiscard]] bool is_captured(stream_ref stream) const noexcept {
+    return options_.check_capture && ordering_.is_capturing(stream);
+  }
   /// A block of `size_class` from upstream after a miss on `stream` for
   /// `requested` bytes; out_of_memory names `requested`.
   [[nodiscard]] void* allocate_block(std::size_t requested, std::size_t alignment, std::size_t size_class,

@@ -646,19 +646,25 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
 
 // ---- what it holds ---------------------------------------------------------------
 
-std::size_t block_cache::bytes() const {
-  std::size_t total = 0;
+template <typename ShardVisitor, typename EntryVisitor>
+void block_cache::visit_locked(ShardVisitor&& visit_shard, EntryVisitor&& visit_entry) const {
   for (const ready_shard& shard : ready_) {
     const std::lock_guard lock(shard.mutex);
-    total += shard.lists.bytes();
+    visit_shard(shard);
   }
   for (const entry_shard& shard : entries_) {
     const std::lock_guard lock(shard.mutex);
     for (const auto& entry : shard.entries) {
       const std::lock_guard entry_lock(entry->mutex);
-      total += entry->unsealed.bytes();
+      visit_entry(*entry);
     }
   }
+}
+
+std::size_t block_cache::bytes() const {
+  std::size_t total = 0;
+  visit_locked([&](const ready_shard& shard) { total += shard.lists.bytes(); },
+               [&](const stream_entry& entry) { total += entry.unsealed.bytes(); });
   const std::lock_guard lock(sealed_mutex_);
   for (std::size_t size_class = 0; size_class < size_class_count; ++size_class)
     total += sealed_[size_class].size() * size_class_bytes(size_class);
@@ -667,30 +673,15 @@ std::size_t block_cache::bytes() const {
 
 std::size_t block_cache::blocks() const {
   std::size_t total = sealed_blocks_.load(std::memory_order_relaxed);
-  for (const ready_shard& shard : ready_) total += shard.blocks.load(std::memory_order_relaxed);
-  for (const entry_shard& shard : entries_) {
-    const std::lock_guard lock(shard.mutex);
-    for (const auto& entry : shard.entries) {
-      const std::lock_guard entry_lock(entry->mutex);
-      total += entry->unsealed.blocks();
-    }
-  }
+  visit_locked([&](const ready_shard& shard) { total += shard.lists.blocks(); },
+               [&](const stream_entry& entry) { total += entry.unsealed.blocks(); });
   return total;
 }
 
 std::uint64_t block_cache::hits() const {
   std::uint64_t total = sealed_hits_.load(std::memory_order_relaxed);
-  for (const ready_shard& shard : ready_) {
-    const std::lock_guard lock(shard.mutex);
-    total += shard.hits;
-  }
-  for (const entry_shard& shard : entries_) {
-    const std::lock_guard lock(shard.mutex);
-    for (const auto& entry : shard.entries) {
-      const std::lock_guard entry_lock(entry->mutex);
-      total += entry->hits;
-    }
-  }
+  visit_locked([&](const ready_shard& shard) { total += shard.hits; },
+               [&](const stream_entry& entry) { total += entry.hits; });
   return total;
 }
 

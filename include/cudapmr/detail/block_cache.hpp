@@ -235,6 +235,10 @@ class block_cache {
   /// lately (`peak`) and an eighth, the floor at least, and at most `budget`.
   [[nodiscard]] std::int64_t allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept;
   void note_returned(const std::vector<evicted_block>& out, std::size_t first) noexcept;
+  /// Calls `visit_shard` for each ready shard and `visit_entry` for each
+  /// stream's entry, each under its lock: what the counts walk.
+  template <typename ShardVisitor, typename EntryVisitor>
+  void visit_locked(ShardVisitor&& visit_shard, EntryVisitor&& visit_entry) const;
 
   stream_ordering& ordering_;
   const std::size_t max_bytes_;

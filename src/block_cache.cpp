@@ -338,17 +338,23 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
   return block.pointer;
 }
 
+std::atomic<std::uint32_t>& block_cache::recorded_slot(const void* pointer) noexcept {
+  // Blocks are 256-byte aligned at least: drop those bits, mix the rest, keep the top 10.
+  const auto bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pointer) >> 8) * 0x9e3779b97f4a7c15ull;
+  return recorded_filter_[static_cast<std::size_t>(bits >> 54)];
+}
+
 void* block_cache::take_larger(stream_ref stream, std::size_t& size_class) noexcept {
-  if (held_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size_class_bytes(size_class)) <=
-      most_held_.load(std::memory_order_relaxed))
+  if (keep_nothing_ || held_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size_class_bytes(size_class)) <=
+                           most_held_.load(std::memory_order_relaxed))
     return nullptr;  // the upstream held this much before: a new block takes nothing it had not
-  // The block's entry in larger_classes_ is made first, under a key of this
+  // The block's entry in recorded_classes_ is made first, under a key of this
   // call's own, so that no block leaves the lists unless its class is kept.
   const int placeholder = 0;
   try {
-    const std::lock_guard lock(larger_mutex_);
-    larger_classes_.reserve(larger_classes_.size() + 1);
-    larger_classes_.emplace(&placeholder, 0);
+    const std::lock_guard lock(recorded_mutex_);
+    recorded_classes_.reserve(recorded_classes_.size() + 1);
+    recorded_classes_.emplace(&placeholder, 0);
   } catch (...) {
     return nullptr;
   }
@@ -370,13 +376,15 @@ void* block_cache::take_larger(stream_ref stream, std::size_t& size_class) noexc
   if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
     for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each)
       if ((pointer = take_sealed(stream, entry, each)) != nullptr) found = each;
-  const std::lock_guard lock(larger_mutex_);
-  auto node = larger_classes_.extract(&placeholder);
-  if (pointer == nullptr) return nullptr;
-  node.key() = pointer;
-  node.mapped() = found;
-  larger_classes_.insert(std::move(node));  // reserved: no allocation
-  larger_out_.fetch_add(1, std::memory_order_relaxed);
+  {
+    const std::lock_guard lock(recorded_mutex_);
+    auto node = recorded_classes_.extract(&placeholder);
+    if (pointer == nullptr) return nullptr;
+    node.key() = pointer;
+    node.mapped() = found;
+    recorded_classes_.insert(std::move(node));  // reserved: no allocation
+    recorded_slot(pointer).fetch_add(1, std::memory_order_relaxed);  // before the pointer leaves this thread
+  }
   size_class = found;
   stream_entry* expected = entry;  // served after all: take's request for sealed blocks is withdrawn
   if (entry != nullptr && wanting_.load(std::memory_order_relaxed) == entry)
@@ -384,21 +392,35 @@ void* block_cache::take_larger(stream_ref stream, std::size_t& size_class) noexc
   return pointer;
 }
 
+bool block_cache::note_graph_block(void* pointer) noexcept {
+  try {
+    const std::lock_guard lock(recorded_mutex_);
+    recorded_classes_.emplace(pointer, graph_block);
+  } catch (...) {
+    return false;
+  }
+  recorded_slot(pointer).fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 std::size_t block_cache::class_when_freed(void* pointer, std::size_t size_class) noexcept {
-  if (larger_out_.load(std::memory_order_relaxed) == 0) return size_class;
-  const std::lock_guard lock(larger_mutex_);
-  const auto found = larger_classes_.find(pointer);
-  if (found == larger_classes_.end()) return size_class;
-  const std::size_t larger = found->second;
-  larger_classes_.erase(found);
-  larger_out_.fetch_sub(1, std::memory_order_relaxed);
-  return larger;
+  std::atomic<std::uint32_t>& slot = recorded_slot(pointer);
+  if (slot.load(std::memory_order_relaxed) == 0) return size_class;
+  const std::lock_guard lock(recorded_mutex_);
+  const auto found = recorded_classes_.find(pointer);
+  if (found == recorded_classes_.end()) return size_class;
+  const std::size_t recorded = found->second;
+  recorded_classes_.erase(found);
+  slot.fetch_sub(1, std::memory_order_relaxed);
+  return recorded;
 }
 
 void block_cache::note_taken_upstream(std::size_t size_class) noexcept {
   const auto bytes = static_cast<std::int64_t>(size_class_bytes(size_class));
   const std::int64_t held = held_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  if (held > most_held_.load(std::memory_order_relaxed)) most_held_.store(held, std::memory_order_relaxed);
+  std::int64_t most = most_held_.load(std::memory_order_relaxed);
+  while (held > most && !most_held_.compare_exchange_weak(most, held, std::memory_order_relaxed)) {
+  }
 }
 
 // ---- giving ----------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
 #include <stdexcept>
 
 namespace cudapmr {
@@ -115,18 +116,22 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
   if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate_async(bytes, alignment, stream);
   const std::size_t size_class = detail::size_class_of(bytes);
   if (is_captured(stream)) {
-    // The upstream's allocation becomes a graph node. A whole class, so that
-    // a free after the capture may cache it; and no eviction, whose frees
-    // would become nodes of the graph too.
+    // The upstream's allocation becomes a graph node, whose address is the
+    // graph's at every launch: the block goes back upstream at its free. No
+    // eviction here either: its frees would become nodes of the graph.
+    void* p = nullptr;
     try {
-      void* p = upstream_resource().allocate_async(detail::size_class_bytes(size_class), block_alignment, stream);
-      cache_.note_taken_upstream(size_class);
-      return p;
+      p = upstream_resource().allocate_async(detail::size_class_bytes(size_class), block_alignment, stream);
     } catch (const out_of_memory& error) {
       throw out_of_memory(bytes, alignment, description(),
                           fmt::format("during stream capture, the upstream refused the {} bytes of its size class: {}",
                                       detail::size_class_bytes(size_class), error.what()));
     }
+    if (!cache_.note_graph_block(p)) {
+      upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
+      throw std::bad_alloc();
+    }
+    return p;
   }
   if (void* p = cache_.take(stream, size_class)) return p;
   return allocate_block(bytes, alignment, size_class, stream);
@@ -135,7 +140,10 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
 void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                            stream_ref stream) noexcept {
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate_async(p, bytes, alignment, stream);
-  const std::size_t size_class = cache_.class_when_freed(p, detail::size_class_of(bytes));
+  const std::size_t requested_class = detail::size_class_of(bytes);
+  const std::size_t size_class = cache_.class_when_freed(p, requested_class);
+  if (size_class == detail::block_cache::graph_block)
+    return upstream_resource().deallocate_async(p, detail::size_class_bytes(requested_class), block_alignment, stream);
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
   if (is_captured(stream)) {
@@ -168,7 +176,10 @@ void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
 void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
   if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate(p, bytes, alignment);
-  const std::size_t size_class = cache_.class_when_freed(p, detail::size_class_of(bytes));
+  const std::size_t requested_class = detail::size_class_of(bytes);
+  const std::size_t size_class = cache_.class_when_freed(p, requested_class);
+  if (size_class == detail::block_cache::graph_block)
+    return upstream_resource().deallocate(p, detail::size_class_bytes(requested_class), block_alignment);
   // With the bound stream never handed out, nothing queued can touch the block.
   const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
                                              : cache_.give_ready(size_class, p);

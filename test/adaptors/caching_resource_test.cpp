@@ -271,20 +271,21 @@ TEST(CachingResource, CaptureGoesUpstreamNotIntoTheCache) {
   cache.deallocate_async(cached, 4096, fake_stream(1));
 }
 
-TEST(CachingResource, ABlockAllocatedDuringCaptureIsAWholeClassForTheCacheAfterIt) {
+TEST(CachingResource, ABlockAllocatedDuringCaptureGoesUpstreamAtItsFreeAfterTheCapture) {
+  // A graph's allocation keeps its address at every launch: cached, it would
+  // be handed to someone else while the next launch writes it.
   host_memory_resource upstream;
   fake_ordering ordering;
   caching_resource cache(upstream, {}, ordering);
   ordering.captured.insert(fake_stream(1));
-  void* in_graph = cache.allocate_async(1000, fake_stream(1));
-  EXPECT_EQ(upstream.used_bytes(), 1024u) << "freed after the capture, the block serves requests of its whole class";
+  void* freed_in_order = cache.allocate_async(1000, fake_stream(1));
+  void* freed_through_pmr = cache.allocate_async(1000, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 2048u) << "whole size classes, as on any miss";
   ordering.captured.clear();
-  cache.deallocate_async(in_graph, 1000, fake_stream(1));
-  void* reused = cache.allocate_async(1024, fake_stream(1));
-  EXPECT_EQ(reused, in_graph);
-  cache.deallocate_async(reused, 1024, fake_stream(1));
-  cache.release();
+  cache.deallocate_async(freed_in_order, 1000, fake_stream(1));
+  cache.deallocate(freed_through_pmr, 1000);
   EXPECT_EQ(upstream.used_bytes(), 0u);
+  EXPECT_EQ(cache.statistics().cached_blocks, 0u);
 }
 
 TEST(CachingResource, AMissThatWouldGrowTheUpstreamTakesACachedBlockUpToTwiceItsClass) {
@@ -305,12 +306,15 @@ TEST(CachingResource, AMissThatWouldGrowTheUpstreamTakesACachedBlockUpToTwiceIts
   cache.deallocate_async(again, 3 * mebibyte, fake_stream(1));
   cache.release();
   EXPECT_EQ(upstream.used_bytes(), 0u);
-  // 4 MiB is more than twice the 1.25 MiB class of the next request.
-  cache.deallocate_async(cache.allocate_async(4 * mebibyte, fake_stream(1)), 4 * mebibyte, fake_stream(1));
-  const std::uint64_t hits = cache.statistics().hits;
-  void* small = cache.allocate_async(mebibyte + 1, fake_stream(1));
-  EXPECT_EQ(cache.statistics().hits, hits);
-  cache.deallocate_async(small, mebibyte + 1, fake_stream(1));
+  // Four classes up is twice the 2.5 MiB class: 5 MiB serves it, 6 MiB does not.
+  for (const std::size_t cached : {5 * mebibyte, 6 * mebibyte}) {
+    cache.release();
+    cache.deallocate_async(cache.allocate_async(cached, fake_stream(1)), cached, fake_stream(1));
+    const std::uint64_t hits = cache.statistics().hits;
+    void* asked = cache.allocate_async(2 * mebibyte + 1, fake_stream(1));
+    EXPECT_EQ(cache.statistics().hits, cached == 5 * mebibyte ? hits + 1 : hits) << cached << " bytes cached";
+    cache.deallocate_async(asked, 2 * mebibyte + 1, fake_stream(1));
+  }
 }
 
 TEST(CachingResource, AMissWithinWhatTheUpstreamHeldBeforeTakesABlockOfItsClass) {
@@ -325,6 +329,7 @@ TEST(CachingResource, AMissWithinWhatTheUpstreamHeldBeforeTakesABlockOfItsClass)
   void* smaller = cache.allocate_async(2 * mebibyte + 1, fake_stream(1));
   EXPECT_EQ(cache.statistics().hits, 0u) << "the 3 MiB block served a 2.5 MiB class";
   EXPECT_EQ(cache.statistics().misses, 3u);
+  EXPECT_EQ(upstream.used_bytes() - cache.statistics().cached_bytes, 5 * mebibyte / 2) << "live: one 2.5 MiB block";
   cache.deallocate_async(smaller, 2 * mebibyte + 1, fake_stream(1));
 }
 

@@ -97,8 +97,9 @@ struct cache_statistics {
 ///   retries, then synchronizes every device, returns everything and retries.
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph
-///   (unless `check_capture` is off). Allocations take whole size classes
-///   there too, so that a block freed after the capture can be cached.
+///   (unless `check_capture` is off). A block allocated during capture goes
+///   back upstream at its free, whenever that is: a graph's allocation keeps
+///   its address at every launch.
 /// - With `CUDAPMR_NO_CACHING=1` in the environment when it is made, it keeps
 ///   nothing: every free goes upstream, where compute-sanitizer's memcheck
 ///   sees a later use (it cannot see into a cache of pool memory).

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -108,8 +109,15 @@ class block_cache {
   /// up (at most twice the size) usable on `stream`, or null. `size_class`
   /// becomes the block's; pass the pointer to `class_when_freed` at its free.
   [[nodiscard]] void* take_larger(stream_ref stream, std::size_t& size_class) noexcept;
+  /// What `class_when_freed` says of a block `note_graph_block` recorded.
+  static constexpr std::size_t graph_block = std::numeric_limits<std::size_t>::max();
+  /// Records a block the owner allocated upstream during stream capture: a
+  /// graph's allocation keeps its address at every launch, so the block goes
+  /// back upstream at its free, never into the cache. False when there is no
+  /// memory to record it.
+  [[nodiscard]] bool note_graph_block(void* pointer) noexcept;
   /// The class of a block freed with a request of `size_class`: the larger
-  /// one where `take_larger` handed it out.
+  /// one where `take_larger` handed it out, `graph_block` for a graph's block.
   [[nodiscard]] std::size_t class_when_freed(void* pointer, std::size_t size_class) noexcept;
 
   /// A block of `size_class` that no queued work can touch, or null.
@@ -202,6 +210,7 @@ class block_cache {
   static constexpr std::size_t entry_shard_count = 64;
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
+  [[nodiscard]] std::atomic<std::uint32_t>& recorded_slot(const void* pointer) noexcept;
   /// Bytes cached beyond what may be beside `incoming` more bytes: no more
   /// than is live with them, or an eighth over what was lately (the floor at least),
   /// within the budget.
@@ -253,7 +262,6 @@ class block_cache {
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
   std::atomic<std::int64_t> held_{0};  // bytes taken from upstream through the owner and not returned
   std::atomic<std::int64_t> most_held_{0};  // the most held_ has been since the recent peak last fell
-  std::atomic<std::size_t> larger_out_{0};  // blocks take_larger handed out and not yet freed
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
   std::atomic<std::uint64_t> sealed_hits_{0};  // hits from the sealed lists (others: in their entry or shard)
@@ -263,8 +271,11 @@ class block_cache {
   std::atomic<std::uint32_t> unanswered_seals_{0};  // seals for it since it last took a sealed block
   std::array<ready_shard, ready_shard_count> ready_;
   std::array<entry_shard, entry_shard_count> entries_;
-  std::mutex larger_mutex_;
-  std::unordered_map<const void*, std::size_t> larger_classes_;  // blocks take_larger handed out, by pointer
+  std::mutex recorded_mutex_;
+  // Blocks out with a class other than their request's (take_larger) or from a graph, by pointer.
+  std::unordered_map<const void*, std::size_t> recorded_classes_;
+  // How many recorded blocks hash to each slot: a free whose slot is empty needs no lock.
+  std::array<std::atomic<std::uint32_t>, 1024> recorded_filter_{};
   mutable std::mutex sealed_mutex_;
   std::array<std::vector<sealed_block>, size_class_count> sealed_;
   std::atomic<std::size_t> sealed_blocks_{0};

@@ -232,13 +232,15 @@ block_cache::give_outcome block_cache::refuse(std::size_t size_class) noexcept {
 
 // ---- taking ----------------------------------------------------------------------
 
-void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
-  stream_entry* entry = entry_of(stream);
+cached_block block_cache::take_between(stream_ref stream, stream_entry* entry, std::size_t first,
+                                       std::size_t last) noexcept {
   if (entry != nullptr) {
     void* pointer = nullptr;
+    std::size_t size_class = first;
     {
       const std::lock_guard lock(entry->mutex);
-      pointer = entry->unsealed.pop(size_class);
+      for (; size_class <= last && (pointer = entry->unsealed.pop(size_class)) == nullptr; ++size_class) {
+      }
       if (pointer != nullptr) {
         account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(size_class)));
         ++entry->hits;
@@ -248,12 +250,20 @@ void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
       stream_entry* expected = entry;
       if (wanting_.load(std::memory_order_relaxed) == entry)
         wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
-      return pointer;
+      return {pointer, size_class};
     }
   }
-  if (void* pointer = take_ready(size_class)) return pointer;
+  for (std::size_t size_class = first; size_class <= last; ++size_class)
+    if (void* pointer = take_ready(size_class)) return {pointer, size_class};
   if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
-    if (void* pointer = take_sealed(stream, entry, size_class)) return pointer;
+    for (std::size_t size_class = first; size_class <= last; ++size_class)
+      if (void* pointer = take_sealed(stream, entry, size_class)) return {pointer, size_class};
+  return {nullptr, first};
+}
+
+void* block_cache::take(stream_ref stream, std::size_t size_class) noexcept {
+  stream_entry* entry = entry_of(stream);
+  if (void* pointer = take_between(stream, entry, size_class, size_class).pointer) return pointer;
   if (entry != nullptr && wanting_.load(std::memory_order_relaxed) != entry) {
     unanswered_seals_.store(0, std::memory_order_relaxed);
     wanting_.store(entry, std::memory_order_relaxed);
@@ -358,38 +368,23 @@ void* block_cache::take_larger(stream_ref stream, std::size_t& size_class) noexc
   } catch (...) {
     return nullptr;
   }
-  const std::size_t last = std::min(size_class + size_classes_per_octave, size_class_count - 1);
-  void* pointer = nullptr;
-  std::size_t found = size_class;
   stream_entry* entry = entry_of(stream);
-  if (entry != nullptr) {
-    const std::lock_guard lock(entry->mutex);
-    for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each) {
-      if ((pointer = entry->unsealed.pop(each)) == nullptr) continue;
-      found = each;
-      account(entry->unflushed, -static_cast<std::int64_t>(size_class_bytes(each)));
-      ++entry->hits;
-    }
-  }
-  for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each)
-    if ((pointer = take_ready(each)) != nullptr) found = each;
-  if (sealed_blocks_.load(std::memory_order_relaxed) != 0)
-    for (std::size_t each = size_class + 1; each <= last && pointer == nullptr; ++each)
-      if ((pointer = take_sealed(stream, entry, each)) != nullptr) found = each;
+  const cached_block block = take_between(stream, entry, size_class + 1,
+                                          std::min(size_class + size_classes_per_octave, size_class_count - 1));
   {
     const std::lock_guard lock(recorded_mutex_);
     auto node = recorded_classes_.extract(&placeholder);
-    if (pointer == nullptr) return nullptr;
-    node.key() = pointer;
-    node.mapped() = found;
+    if (block.pointer == nullptr) return nullptr;
+    node.key() = block.pointer;
+    node.mapped() = block.size_class;
     recorded_classes_.insert(std::move(node));  // reserved: no allocation
-    recorded_slot(pointer).fetch_add(1, std::memory_order_relaxed);  // before the pointer leaves this thread
+    recorded_slot(block.pointer).fetch_add(1, std::memory_order_relaxed);  // before the pointer leaves this thread
   }
-  size_class = found;
+  size_class = block.size_class;
   stream_entry* expected = entry;  // served after all: take's request for sealed blocks is withdrawn
   if (entry != nullptr && wanting_.load(std::memory_order_relaxed) == entry)
     wanting_.compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
-  return pointer;
+  return block.pointer;
 }
 
 bool block_cache::note_graph_block(void* pointer) noexcept {

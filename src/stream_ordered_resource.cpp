@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <stdexcept>
 
 namespace cudapmr {
 
 void* stream_ordered_resource::allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
-  if (!detail::is_valid_alignment(alignment)) [[unlikely]]
-    detail::validate_alignment(alignment, bytes);
+  detail::validate_alignment(alignment, bytes);
   return do_allocate_async(bytes, alignment, stream);
 }
 
@@ -44,13 +44,12 @@ void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::siz
 
 namespace detail {
 
-void validate_alignment(std::size_t alignment, std::size_t bytes) {
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+void throw_invalid_alignment(std::size_t alignment, std::size_t bytes) {
+  if (!std::has_single_bit(alignment))
     throw std::invalid_argument(
         fmt::format("alignment {} (for {} bytes) is not a power of two", alignment, bytes));
-  if (alignment > max_alignment)
-    throw std::invalid_argument(fmt::format("alignment {} (for {} bytes) exceeds the largest supported alignment {}",
-                                            alignment, bytes, max_alignment));
+  throw std::invalid_argument(fmt::format("alignment {} (for {} bytes) exceeds the largest supported alignment {}",
+                                          alignment, bytes, max_alignment));
 }
 
 }  // namespace detail

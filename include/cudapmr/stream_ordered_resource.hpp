@@ -143,15 +143,15 @@ class stream_ordered_resource : public std::pmr::memory_resource {
 };
 
 namespace detail {
-/// A power of two no larger than `max_alignment`. Not std::has_single_bit:
-/// built for baseline x86-64 that calls libgcc's popcount, a tenth of a
-/// cached allocate + free pair.
-[[nodiscard]] constexpr bool is_valid_alignment(std::size_t alignment) noexcept {
-  return alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= max_alignment;
-}
+/// Throws the std::invalid_argument of validate_alignment.
+[[noreturn]] void throw_invalid_alignment(std::size_t alignment, std::size_t bytes);
 /// \throws std::invalid_argument naming `alignment` unless it is a power of two
-/// no larger than `max_alignment`.
-void validate_alignment(std::size_t alignment, std::size_t bytes);
+/// no larger than `max_alignment`. Inline, on every allocation; not
+/// std::has_single_bit, which built for baseline x86-64 calls libgcc's popcount.
+inline void validate_alignment(std::size_t alignment, std::size_t bytes) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > max_alignment) [[unlikely]]
+    throw_invalid_alignment(alignment, bytes);
+}
 }  // namespace detail
 
 }  // namespace cudapmr

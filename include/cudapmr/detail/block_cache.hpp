@@ -218,6 +218,11 @@ class block_cache {
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
+  /// A block of the smallest class in [first, last] found: `entry`'s own
+  /// (withdrawing its request for sealed blocks), then a ready one, then a
+  /// sealed one that `stream` is made to wait for; {null, first} if none.
+  [[nodiscard]] cached_block take_between(stream_ref stream, stream_entry* entry, std::size_t first,
+                                          std::size_t last) noexcept;
   [[nodiscard]] void* take_ready_from(ready_shard& shard, std::size_t size_class) noexcept;
   [[nodiscard]] void* take_sealed(stream_ref stream, stream_entry* entry, std::size_t size_class) noexcept;
   /// Records an event on `stream` and moves `blocks` to the sealed lists; on

@@ -7,11 +7,13 @@
 #include <cudapmr/cudapmr.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -82,7 +84,7 @@ struct target {
   std::unique_ptr<std::ostream> log;
   std::atomic<std::uint64_t> allocations{0}, nonzero_allocations{0}, bytes_allocated{0}, frees{0}, copies{0},
       fills{0}, kernels{0}, graphs{0}, host_mismatches{0}, misuses{0}, callbacks{0};
-  std::size_t index = 0;
+  std::size_t index = 0;  // among the targets the run draws from
 
   [[nodiscard]] bool device_accessible() const noexcept { return resource->is_device_accessible(); }
   [[nodiscard]] bool host_accessible() const noexcept { return resource->is_host_accessible(); }
@@ -109,10 +111,23 @@ class environment {
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
 
-  [[nodiscard]] std::vector<target*> targets() {
-    std::vector<target*> all;
-    for (const auto& made : targets_) all.push_back(made.get());
-    return all;
+  /// The targets named in `chosen` (all where it names none).
+  /// \throws std::invalid_argument for a name no target has.
+  [[nodiscard]] std::vector<target*> targets(const std::vector<std::string>& chosen) {
+    std::vector<target*> picked;
+    for (const auto& made : targets_)
+      if (chosen.empty() || std::find(chosen.begin(), chosen.end(), made->name) != chosen.end()) {
+        made->index = picked.size();  // its device mismatch counter among the picked
+        picked.push_back(made.get());
+      }
+    for (const std::string& name : chosen)
+      if (std::none_of(targets_.begin(), targets_.end(), [&](const auto& made) { return made->name == name; })) {
+        std::vector<std::string> names;
+        for (const auto& made : targets_) names.push_back(made->name);
+        throw std::invalid_argument(fmt::format("no target is named \"{}\"; this run has {}", name,
+                                                fmt::join(names, ", ")));
+      }
+    return picked;
   }
 
   /// After every allocation is freed and every stream synchronized: counters
@@ -165,7 +180,6 @@ class environment {
   target& add_target(std::string name) {
     targets_.push_back(std::make_unique<target>());
     targets_.back()->name = std::move(name);
-    targets_.back()->index = targets_.size() - 1;
     return *targets_.back();
   }
 
@@ -233,6 +247,22 @@ struct block {
   bool from_pmr;
 };
 
+/// One step of a thread, for --trace.
+struct trace_event {
+  std::int64_t nanoseconds;  // steady clock
+  unsigned thread;
+  const char* what;
+  const target* where;
+  const void* pointer;
+  std::size_t bytes;
+  cudaStream_t stream;
+};
+
+std::int64_t steady_nanoseconds() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 /// One thread's share of the run, on one stream.
 class worker {
  public:
@@ -242,6 +272,7 @@ class worker {
         targets_(std::move(targets)),
         streams_(std::move(streams)),
         stream_(streams_[index % streams_.size()]),
+        index_(index),
         random_(chosen.seed * 0x9e3779b97f4a7c15ULL + index),
         next_seed_(index * 0x01000193u + 1),
         failures_(failures),
@@ -275,6 +306,7 @@ class worker {
   }
 
   [[nodiscard]] std::uint64_t final_frees() const noexcept { return final_frees_; }
+  [[nodiscard]] const std::vector<trace_event>& trace() const noexcept { return trace_; }
   [[nodiscard]] const std::vector<unsigned long long>& device_mismatches() const noexcept { return mismatches_; }
 
  private:
@@ -287,6 +319,11 @@ class worker {
     if (choice < 0.72 && live_.size() < options_.max_live) return copy(live_[chosen]);
     if (choice < 0.86) return fill(live_[chosen]);
     return add(live_[chosen]);
+  }
+
+  void note(const char* what, const block& made, stream_ref stream) {
+    if (!options_.trace_path.empty())
+      trace_.push_back({steady_nanoseconds(), index_, what, made.where, made.data, made.bytes, stream.get()});
   }
 
   void allocate_one() {
@@ -314,12 +351,15 @@ class worker {
     if (bytes != 0) where.nonzero_allocations.fetch_add(1, std::memory_order_relaxed);
     if (bytes != 0 && reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
       failures_.add(fmt::format("{}: {} bytes at {} are not aligned to {}", where.name, bytes, p, alignment));
-    return block{&where, static_cast<std::byte*>(p), bytes, alignment, {}, through_pmr};
+    const block made{&where, static_cast<std::byte*>(p), bytes, alignment, {}, through_pmr};
+    note(through_pmr ? "allocate(pmr)" : "allocate", made, stream_);
+    return made;
   }
 
   void stamp(block& made) {
     made.expected = pattern{next_seed_++, false, 0, 0};
     if (made.bytes == 0) return;
+    note("stamp", made, stream_);
     if (made.where->pageable()) {
       auto* bytes = reinterpret_cast<std::uint8_t*>(made.data);
       for (std::size_t i = 0; i < made.bytes; ++i) bytes[i] = sequence_byte(made.expected.seed, i);
@@ -345,13 +385,17 @@ class worker {
       } else {
         check_on_device(freed.data, freed.bytes, freed.expected, device_mismatches_ + where.index, stream_);
       }
+      note("check", freed, stream_);
     }
     if (through_pmr) {
       // pmr's deallocate takes memory no longer in use: the stream's work on it must be done.
       if (!where.pageable()) CUDAPMR_CHECK(cudaStreamSynchronize(stream_.get()));
+      note("free(pmr)", freed, stream_);
       where.resource->deallocate(freed.data, freed.bytes, freed.alignment);
     } else {
-      where.resource->deallocate_async(freed.data, freed.bytes, freed.alignment, free_stream());
+      const stream_ref freeing = free_stream();
+      note("free", freed, freeing);
+      where.resource->deallocate_async(freed.data, freed.bytes, freed.alignment, freeing);
     }
     where.frees.fetch_add(1, std::memory_order_relaxed);
   }
@@ -396,6 +440,8 @@ class worker {
         if (where.host_accessible() && !where.pageable()) cudapmr::mark_initialized(made->data, source.bytes, stream_);
       }
     }
+    note("copy-from", source, stream_);
+    note("copy-into", *made, stream_);
     source.where->copies.fetch_add(1, std::memory_order_relaxed);
     live_.push_back(*made);
   }
@@ -410,6 +456,7 @@ class worker {
     } else {
       CUDAPMR_CHECK(cudaMemsetAsync(filled.data, value, filled.bytes, stream_.get()));
     }
+    note("fill", filled, stream_);
     filled.where->fills.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -423,6 +470,7 @@ class worker {
     } else if (changed.bytes != 0) {
       add_on_device(changed.data, changed.bytes, value, stream_);
     }
+    note("add", changed, stream_);
     changed.where->kernels.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -488,6 +536,7 @@ class worker {
   std::vector<target*> targets_;
   std::vector<stream_ref> streams_;  // every stream of the run; this worker's own is `stream_`
   stream_ref stream_;
+  unsigned index_;
   cudaEvent_t handed_over_ = nullptr;
   std::mt19937_64 random_;
   std::uniform_real_distribution<double> uniform{0.0, 1.0};
@@ -499,7 +548,21 @@ class worker {
   std::optional<cudapmr::stream> capture_stream_;     // this thread's alone: captures never meet other threads' work
   std::vector<unsigned long long> mismatches_;
   std::uint64_t final_frees_ = 0;
+  std::vector<trace_event> trace_;
 };
+
+/// Every worker's steps in time order, one per line.
+void write_trace(const std::string& path, const std::vector<std::unique_ptr<worker>>& workers) {
+  std::vector<trace_event> all;
+  for (const auto& each : workers) all.insert(all.end(), each->trace().begin(), each->trace().end());
+  std::sort(all.begin(), all.end(), [](const trace_event& a, const trace_event& b) { return a.nanoseconds < b.nanoseconds; });
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) throw std::invalid_argument(fmt::format("--trace {}: cannot write the file", path));
+  fmt::print(file.get(), "nanoseconds thread what target pointer bytes stream\n");
+  for (const trace_event& each : all)
+    fmt::print(file.get(), "{} {} {} {} {} {} {}\n", each.nanoseconds - all.front().nanoseconds, each.thread, each.what,
+               each.where->name, fmt::ptr(each.pointer), each.bytes, fmt::ptr(each.stream));
+}
 
 void validate(const options& chosen) {
   if (chosen.threads == 0 || chosen.streams == 0 || chosen.max_bytes == 0 || chosen.max_live == 0)
@@ -516,7 +579,7 @@ report run(const options& chosen) {
   validate(chosen);
   if (!chosen.host_only) static_cast<void>(cudapmr::device(0));  // no device: cuda_error before anything starts
   environment resources(chosen);
-  std::vector<target*> targets = resources.targets();
+  std::vector<target*> targets = resources.targets(chosen.targets);
   failure_log failures;
 
   // Real streams on the GPU; without one, distinct handles that only the
@@ -570,6 +633,7 @@ report run(const options& chosen) {
                                line.mismatches - made->host_mismatches.load()));
     result.targets.push_back(line);
   }
+  if (!chosen.trace_path.empty()) write_trace(chosen.trace_path, workers);
   resources.verify_balanced(failures);
   result.failures = failures.messages();
   result.failure_count = failures.count();

@@ -25,6 +25,12 @@ struct options {
   std::uint64_t seed = 1;
   /// Only the host resource and adaptors over it: no CUDA call at all.
   bool host_only = false;
+  /// The targets to draw from, by name ("device", "pinned+caching", ...); empty: all.
+  std::vector<std::string> targets;
+  /// Where to write every allocation, free and operation of the run, with its
+  /// thread, stream and time, to match a sanitizer's report to a block's
+  /// history; empty: no trace.
+  std::string trace_path;
   /// Called every quarter second while the threads run, with the operations done and in all.
   std::function<void(std::uint64_t done, std::uint64_t total)> on_progress;
 };
@@ -58,7 +64,8 @@ struct report {
 };
 
 /// Runs the stress test. \throws cudapmr::cuda_error where no device exists
-/// (unless host_only); std::invalid_argument for unusable options.
+/// (unless host_only); std::invalid_argument for unusable options, such as a
+/// target name the run does not have.
 [[nodiscard]] report run(const options& chosen);
 
 }  // namespace stress

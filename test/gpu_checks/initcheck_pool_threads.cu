@@ -6,14 +6,16 @@
 // streams under initcheck. Not part of the build; on a GPU machine:
 //
 //   nvcc -std=c++17 -arch=sm_90 -o initcheck_pool_threads test/gpu_checks/initcheck_pool_threads.cu
-//   compute-sanitizer --tool initcheck ./initcheck_pool_threads 4 2 4000 9
+//   compute-sanitizer --tool initcheck ./initcheck_pool_threads 4 2 4000 2 2
 //
-// Arguments: threads, streams they share, operations, seed. Each thread
-// allocates with cudaMallocFromPoolAsync on its stream, writes every byte
-// with a kernel before anything reads it, adds to it, checks it and frees it
-// on the same stream; the program prints the bytes that lost their pattern
-// (always 0). On the H200, 4 threads over 2 streams drew initcheck reports in
-// some seeds, one thread never (docs/reliability.md has the counts).
+// Arguments: threads, streams they share, operations, seed, and a mode of
+// bits: 1 frees one in four blocks on another stream after an event, 2 makes
+// a tenth of the allocations and frees on one shared stream with a
+// synchronization (as a pmr path does), 4 turns the pool's three reuse
+// policies off. Each thread allocates with cudaMallocFromPoolAsync, writes
+// every byte with a kernel before anything reads it, adds to it, checks it
+// and frees it; the program prints the bytes that lost their pattern (always
+// 0). docs/reliability.md has the seeds that drew reports on the H200.
 
 #include <cuda_runtime.h>
 
@@ -66,12 +68,14 @@ struct live_block {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s threads streams operations seed\n", argv[0]);
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s threads streams operations seed mode\n", argv[0]);
     return 2;
   }
   const int threads = std::atoi(argv[1]), stream_count = std::atoi(argv[2]), operations = std::atoi(argv[3]);
   const unsigned long long seed = std::strtoull(argv[4], nullptr, 10);
+  const int mode = std::atoi(argv[5]);
+  const bool cross_stream = (mode & 1) != 0, shared_stream = (mode & 2) != 0, no_reuse = (mode & 4) != 0;
   CHECK(cudaSetDevice(0));
   cudaMemPoolProps properties{};
   properties.allocType = cudaMemAllocationTypePinned;
@@ -80,8 +84,16 @@ int main(int argc, char** argv) {
   CHECK(cudaMemPoolCreate(&pool, &properties));
   unsigned long long keep_all = ~0ull;
   CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+  if (no_reuse) {
+    int off = 0;
+    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseFollowEventDependencies, &off));
+    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &off));
+    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off));
+  }
   std::vector<cudaStream_t> streams(stream_count);
   for (cudaStream_t& stream : streams) CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaStream_t shared = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&shared, cudaStreamNonBlocking));
   unsigned long long* wrong = nullptr;
   CHECK(cudaMallocManaged(&wrong, sizeof *wrong));
   *wrong = 0;
@@ -93,6 +105,8 @@ int main(int argc, char** argv) {
       std::mt19937_64 random(seed * 1000003ull + t);
       std::uniform_real_distribution<double> uniform(0, 1);
       const cudaStream_t stream = streams[t % stream_count];
+      cudaEvent_t handed_over = nullptr;
+      CHECK(cudaEventCreateWithFlags(&handed_over, cudaEventDisableTiming));
       std::vector<live_block> live;
       unsigned next_seed = t * 100000u + 1;
       const auto release = [&](std::size_t index) {
@@ -100,13 +114,29 @@ int main(int argc, char** argv) {
         live[index] = live.back();
         live.pop_back();
         verify<<<grid_for(freed.bytes), 256, 0, stream>>>(freed.data, freed.bytes, freed.seed, freed.added, wrong);
-        CHECK(cudaFreeAsync(freed.data, stream));
+        const double choice = uniform(random);
+        if (shared_stream && choice < 0.1) {
+          CHECK(cudaStreamSynchronize(stream));
+          CHECK(cudaFreeAsync(freed.data, shared));
+        } else if (cross_stream && stream_count > 1 && choice < 0.35) {
+          const cudaStream_t other = streams[random() % stream_count];
+          CHECK(cudaEventRecord(handed_over, stream));
+          CHECK(cudaStreamWaitEvent(other, handed_over, 0));
+          CHECK(cudaFreeAsync(freed.data, other));
+        } else {
+          CHECK(cudaFreeAsync(freed.data, stream));
+        }
       };
       for (int i = 0; i < operations / threads; ++i) {
         const double choice = uniform(random);
         if (live.empty() || (choice < 0.35 && live.size() < 32)) {
           live_block made{nullptr, static_cast<std::size_t>(std::exp2(uniform(random) * 20)), next_seed++, 0};
-          CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&made.data), made.bytes, pool, stream));
+          if (shared_stream && uniform(random) < 0.1) {
+            CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&made.data), made.bytes, pool, shared));
+            CHECK(cudaStreamSynchronize(shared));
+          } else {
+            CHECK(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&made.data), made.bytes, pool, stream));
+          }
           stamp<<<grid_for(made.bytes), 256, 0, stream>>>(made.data, made.bytes, made.seed);
           live.push_back(made);
         } else if (choice < 0.6) {
@@ -120,13 +150,15 @@ int main(int argc, char** argv) {
       }
       while (!live.empty()) release(live.size() - 1);
       CHECK(cudaStreamSynchronize(stream));
+      CHECK(cudaEventDestroy(handed_over));
     });
   for (std::thread& worker : workers) worker.join();
   CHECK(cudaDeviceSynchronize());
   const unsigned long long lost = *wrong;
-  std::printf("%d threads over %d streams, %d operations, seed %llu: %llu bytes lost their pattern\n", threads,
-              stream_count, operations, seed, lost);
+  std::printf("%d threads over %d streams, %d operations, seed %llu, mode %d: %llu bytes lost their pattern\n", threads,
+              stream_count, operations, seed, mode, lost);
   CHECK(cudaFree(wrong));
+  CHECK(cudaStreamDestroy(shared));
   for (cudaStream_t stream : streams) CHECK(cudaStreamDestroy(stream));
   CHECK(cudaMemPoolDestroy(pool));
   return lost == 0 ? 0 : 1;

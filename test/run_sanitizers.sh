@@ -40,9 +40,9 @@ tool_options() {
 # The stress run's arguments under a tool. Under two of them one thread drives
 # all the streams: racecheck (CUDA 13.0) loses track of kernels launched from
 # several host threads at once and then stalls; initcheck reports reads of
-# memory written in stream order when several host threads share streams over
-# a stream-ordered pool, in a correct program without cudapmr too
-# (test/gpu_checks/initcheck_pool_threads.cu; docs/reliability.md).
+# memory written in stream order when several host threads allocate from
+# stream-ordered pools, in a correct program without cudapmr too
+# (test/gpu_checks/initcheck_pool_threads.cu).
 stress_arguments() {
   case $1 in
     racecheck | initcheck) echo "--operations 4000 --threads 1 --streams 4" ;;

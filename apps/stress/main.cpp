@@ -50,11 +50,12 @@ stress::options parse_arguments(int argc, char** argv) {
   add_integer(app, "--seed", chosen.seed, std::uint64_t{1}, most, "seed of the random choices (default 1)");
   app.add_flag("--host-only", chosen.host_only, "the host resource and adaptors over it only: no GPU needed");
   app.add_option("--targets", chosen.targets,
-                 "only these targets, by name: host, device, pinned, managed, each alone, +caching or +adaptors "
-                 "(default all)")
+                 "only these targets, by name: host, device, pinned or managed alone, with +caching (host+caching) "
+                 "or with +adaptors (default all)")
       ->delimiter(',');
   app.add_option("--trace", chosen.trace_path,
-                 "write every allocation, free and operation with its thread, stream and time to this file");
+                 "write every step (allocations, frees, stamps, checks, copies, fills, kernels, a graph's allocation "
+                 "and free) with its time, thread, target, pointer, bytes and stream to this file");
   cudapmr::apps::parse_or_exit(app, argc, argv);
   // On a terminal, a progress line that the next one overwrites.
   if (::isatty(STDERR_FILENO) == 1)

@@ -10,7 +10,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +24,7 @@
 #include <random>
 #include <stdexcept>
 #include <streambuf>
+#include <string_view>
 #include <thread>
 
 namespace stress {
@@ -32,6 +35,24 @@ using cudapmr::stream_ref;
 
 /// The most failures kept word for word; later ones are only counted.
 constexpr std::size_t failures_kept = 20;
+
+/// The kinds a run draws from, host first (a host-only run has it alone), and
+/// the three targets over each: the resource, caching_resource over it, and
+/// every adaptor stacked over it.
+constexpr std::array<std::string_view, 4> kinds{"host", "device", "pinned", "managed"};
+constexpr std::string_view with_caching = "+caching";
+constexpr std::string_view with_adaptors = "+adaptors";
+
+/// The names of a run's targets, in the order it makes them.
+std::vector<std::string> target_names(bool host_only) {
+  std::vector<std::string> names;
+  for (const std::string_view kind : kinds) {
+    if (host_only && kind != kinds.front()) break;
+    for (const std::string_view stack : {std::string_view{}, with_caching, with_adaptors})
+      names.push_back(std::string(kind) + std::string(stack));
+  }
+  return names;
+}
 
 /// Failures from every thread.
 class failure_log {
@@ -111,21 +132,14 @@ class environment {
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
 
-  /// The targets named in `chosen` (all where it names none).
-  /// \throws std::invalid_argument for a name no target has.
-  [[nodiscard]] std::vector<target*> targets(const std::vector<std::string>& chosen) {
+  /// The targets named in `chosen` (all where it names none), each numbered
+  /// by its place among them. The names were validated before.
+  [[nodiscard]] std::vector<target*> pick(const std::vector<std::string>& chosen) {
     std::vector<target*> picked;
     for (const auto& made : targets_)
       if (chosen.empty() || std::find(chosen.begin(), chosen.end(), made->name) != chosen.end()) {
         made->index = picked.size();  // its device mismatch counter among the picked
         picked.push_back(made.get());
-      }
-    for (const std::string& name : chosen)
-      if (std::none_of(targets_.begin(), targets_.end(), [&](const auto& made) { return made->name == name; })) {
-        std::vector<std::string> names;
-        for (const auto& made : targets_) names.push_back(made->name);
-        throw std::invalid_argument(fmt::format("no target is named \"{}\"; this run has {}", name,
-                                                fmt::join(names, ", ")));
       }
     return picked;
   }
@@ -154,11 +168,11 @@ class environment {
     target& plain = add_target(kind);
     plain.resource = &bottom;
 
-    target& cached = add_target(kind + "+caching");
+    target& cached = add_target(kind + std::string(with_caching));
     cached.resource = &own<cudapmr::caching_resource>(bottom);
     cached.layers = {cached.resource};
 
-    target& stacked = add_target(kind + "+adaptors");
+    target& stacked = add_target(kind + std::string(with_adaptors));
     stacked.log_lines = std::make_unique<line_counter>();
     stacked.log = std::make_unique<std::ostream>(stacked.log_lines.get());
     auto& layers = *stacks_.emplace_back(std::make_unique<cudapmr::apps::adaptor_stack>(
@@ -493,8 +507,11 @@ class worker {
     CUDAPMR_CHECK(cudaStreamBeginCapture(captured.get(), cudaStreamCaptureModeThreadLocal));
     try {
       void* p = where.resource->allocate_async(bytes, 256, captured);
+      const block in_graph{&where, static_cast<std::byte*>(p), bytes, 256, expected, false};
+      note("graph-allocate", in_graph, captured);
       stamp_on_device(p, bytes, expected.seed, captured);
       check_on_device(p, bytes, expected, device_mismatches_ + where.index, captured);
+      note("graph-free", in_graph, captured);
       where.resource->deallocate_async(p, bytes, 256, captured);
     } catch (...) {
       if (cudaStreamEndCapture(captured.get(), &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
@@ -551,17 +568,26 @@ class worker {
   std::vector<trace_event> trace_;
 };
 
-/// Every worker's steps in time order, one per line.
-void write_trace(const std::string& path, const std::vector<std::unique_ptr<worker>>& workers) {
+using trace_file = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+
+/// The --trace file, opened before the run so that an unwritable path costs no run.
+trace_file open_trace(const std::string& path) {
+  trace_file file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) throw std::invalid_argument(fmt::format("--trace {}: cannot write it: {}", path, std::strerror(errno)));
+  return file;
+}
+
+/// Every worker's steps in time order (each worker's own already are), one per line.
+void write_trace(std::FILE* file, const std::vector<std::unique_ptr<worker>>& workers) {
   std::vector<trace_event> all;
   for (const auto& each : workers) all.insert(all.end(), each->trace().begin(), each->trace().end());
-  std::sort(all.begin(), all.end(), [](const trace_event& a, const trace_event& b) { return a.nanoseconds < b.nanoseconds; });
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
-  if (!file) throw std::invalid_argument(fmt::format("--trace {}: cannot write the file", path));
-  fmt::print(file.get(), "nanoseconds thread what target pointer bytes stream\n");
+  std::stable_sort(all.begin(), all.end(),
+                   [](const trace_event& a, const trace_event& b) { return a.nanoseconds < b.nanoseconds; });
+  fmt::print(file, "nanoseconds thread what target pointer bytes stream\n");
+  const std::int64_t start = all.empty() ? 0 : all.front().nanoseconds;
   for (const trace_event& each : all)
-    fmt::print(file.get(), "{} {} {} {} {} {} {}\n", each.nanoseconds - all.front().nanoseconds, each.thread, each.what,
-               each.where->name, fmt::ptr(each.pointer), each.bytes, fmt::ptr(each.stream));
+    fmt::print(file, "{} {} {} {} {} {} {}\n", each.nanoseconds - start, each.thread, each.what, each.where->name,
+               fmt::ptr(each.pointer), each.bytes, fmt::ptr(each.stream));
 }
 
 void validate(const options& chosen) {
@@ -571,15 +597,22 @@ void validate(const options& chosen) {
                                             chosen.threads, chosen.streams, chosen.max_bytes, chosen.max_live));
   if (chosen.max_bytes > (std::size_t{1} << 30))
     throw std::invalid_argument(fmt::format("max bytes {} is above 1 GiB", chosen.max_bytes));
+  const std::vector<std::string> names = target_names(chosen.host_only);
+  for (const std::string& name : chosen.targets)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      throw std::invalid_argument(fmt::format("--targets {}: no such target in {}run; it has {}", name,
+                                              chosen.host_only ? "a --host-only " : "this ", fmt::join(names, ", ")));
 }
 
 }  // namespace
 
 report run(const options& chosen) {
   validate(chosen);
+  trace_file trace(nullptr, &std::fclose);
+  if (!chosen.trace_path.empty()) trace = open_trace(chosen.trace_path);
   if (!chosen.host_only) static_cast<void>(cudapmr::device(0));  // no device: cuda_error before anything starts
   environment resources(chosen);
-  std::vector<target*> targets = resources.targets(chosen.targets);
+  std::vector<target*> targets = resources.pick(chosen.targets);
   failure_log failures;
 
   // Real streams on the GPU; without one, distinct handles that only the
@@ -633,7 +666,7 @@ report run(const options& chosen) {
                                line.mismatches - made->host_mismatches.load()));
     result.targets.push_back(line);
   }
-  if (!chosen.trace_path.empty()) write_trace(chosen.trace_path, workers);
+  if (trace) write_trace(trace.get(), workers);
   resources.verify_balanced(failures);
   result.failures = failures.messages();
   result.failure_count = failures.count();

@@ -134,4 +134,8 @@ stream_ordering& host_stream_ordering() noexcept {
   return *ordering;
 }
 
+stream_ordering& stream_ordering_for(memory_kind kind) noexcept {
+  return kind == memory_kind::pageable ? host_stream_ordering() : cuda_stream_ordering();
+}
+
 }  // namespace cudapmr::detail

@@ -11,6 +11,7 @@
 #endif
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
@@ -125,6 +126,11 @@ std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stre
   return std::make_unique<cudapmr_resource>(std::move(cache), pmr_path, std::move(upstream));
 }
 
+std::unique_ptr<allocator_under_test> ours_coalescing(std::shared_ptr<cudapmr::stream_ordered_resource> upstream) {
+  auto arena = std::make_shared<cudapmr::coalescing_resource>(*upstream);
+  return std::make_unique<cudapmr_resource>(std::move(arena), false, std::move(upstream));
+}
+
 /// A history_adaptor (call stacks off) over a caching_resource over `upstream`:
 /// beside the cache alone, what recording every event costs.
 std::unique_ptr<allocator_under_test> ours_history_over_caching(
@@ -160,6 +166,8 @@ std::vector<entrant> entrants() {
        [=] { return ours_history_over_caching(device_pool()); }},
       {"device", "cudapmr:caching_resource(device_malloc)", false,
        [] { return ours_caching(std::make_shared<cudapmr::device_malloc_resource>(0), false); }},
+      {"device", "cudapmr:coalescing_resource(device_malloc)", false,
+       [] { return ours_coalescing(std::make_shared<cudapmr::device_malloc_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},

@@ -20,6 +20,7 @@
 #include "replay.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
@@ -74,29 +75,38 @@ std::unique_ptr<allocator_under_test> own_cuda_pool() {
   return make_cuda_pool_allocator(pool, true);
 }
 
-/// A cudapmr stack: a leaf (an owned device pool, or cudaMalloc), with or without the cache over it.
+/// The adaptor a cudapmr stack puts over its leaf.
+using front_maker = std::unique_ptr<cudapmr::stream_ordered_resource> (*)(cudapmr::stream_ordered_resource&);
+std::unique_ptr<cudapmr::stream_ordered_resource> caching_front(cudapmr::stream_ordered_resource& leaf) {
+  return std::make_unique<cudapmr::caching_resource>(leaf);
+}
+std::unique_ptr<cudapmr::stream_ordered_resource> coalescing_front(cudapmr::stream_ordered_resource& leaf) {
+  return std::make_unique<cudapmr::coalescing_resource>(leaf);
+}
+
+/// A cudapmr stack: a leaf (an owned device pool, or cudaMalloc), with or without an adaptor over it.
 class cudapmr_stack final : public allocator_under_test {
  public:
-  cudapmr_stack(std::unique_ptr<cudapmr::stream_ordered_resource> leaf, bool cached) : leaf_(std::move(leaf)) {
-    if (cached) cache_ = std::make_unique<cudapmr::caching_resource>(*leaf_);
+  cudapmr_stack(std::unique_ptr<cudapmr::stream_ordered_resource> leaf, front_maker front) : leaf_(std::move(leaf)) {
+    if (front != nullptr) front_ = front(*leaf_);
   }
   void* allocate(std::size_t bytes, cudaStream_t stream) override { return top().allocate_async(bytes, stream); }
   void deallocate(void* p, std::size_t bytes, cudaStream_t stream) override { top().deallocate_async(p, bytes, stream); }
 
  private:
-  cudapmr::stream_ordered_resource& top() { return cache_ ? *cache_ : *leaf_; }
+  cudapmr::stream_ordered_resource& top() { return front_ ? *front_ : *leaf_; }
   std::unique_ptr<cudapmr::stream_ordered_resource> leaf_;
-  std::unique_ptr<cudapmr::caching_resource> cache_;  // destroyed first
+  std::unique_ptr<cudapmr::stream_ordered_resource> front_;  // destroyed first
 };
 
-std::unique_ptr<allocator_under_test> over_pool(bool cached, std::size_t release_threshold) {
+std::unique_ptr<allocator_under_test> over_pool(front_maker front, std::size_t release_threshold) {
   return std::make_unique<cudapmr_stack>(
       std::make_unique<cudapmr::device_memory_resource>(0, cudapmr::device_pool_options{.release_threshold = release_threshold}),
-      cached);
+      front);
 }
 
-std::unique_ptr<allocator_under_test> over_malloc() {
-  return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_malloc_resource>(0), true);
+std::unique_ptr<allocator_under_test> over_malloc(front_maker front) {
+  return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_malloc_resource>(0), front);
 }
 
 struct entrant {
@@ -112,10 +122,11 @@ std::vector<entrant> entrants() {
 #ifdef CUDAPMR_BENCH_HAVE_RMM
   for (named_peer& peer : rmm_peers()) all.push_back({peer.name, peer.make});
 #endif
-  all.push_back({"cudapmr:device_memory_resource", [] { return over_pool(false, cudapmr::keep_all_memory); }});
-  all.push_back({"cudapmr:caching_resource (pool keeps all)", [] { return over_pool(true, cudapmr::keep_all_memory); }});
-  all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return over_pool(true, 0); }});
-  all.push_back({"cudapmr:caching_resource (over device_malloc_resource)", over_malloc});
+  all.push_back({"cudapmr:device_memory_resource", [] { return over_pool(nullptr, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool keeps all)", [] { return over_pool(caching_front, cudapmr::keep_all_memory); }});
+  all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return over_pool(caching_front, 0); }});
+  all.push_back({"cudapmr:caching_resource (over device_malloc_resource)", [] { return over_malloc(caching_front); }});
+  all.push_back({"cudapmr:coalescing_resource (over device_malloc_resource)", [] { return over_malloc(coalescing_front); }});
   return all;
 }
 

@@ -55,6 +55,8 @@ def cudapmr_peers(stream_handle):
     for name, resource in [("cudapmr CachingResource(DeviceMemoryResource)", cache),
                            ("cudapmr CachingResource(check_capture=False)", cache_unchecked),
                            ("cudapmr CachingResource(DeviceMallocResource)", malloc_cache),
+                           ("cudapmr CoalescingResource(DeviceMallocResource)",
+                            cudapmr.CoalescingResource(cudapmr.DeviceMallocResource(0))),
                            ("cudapmr DeviceMemoryResource (CUDA pool)", device)]:
         allocate, deallocate = resource.allocate_raw, resource.deallocate_raw
 
@@ -171,10 +173,16 @@ def allocation_table(pairs, repeats):
 TRAINING = r"""
 import json, sys, time, torch
 mode, steps = sys.argv[1], int(sys.argv[2])
+on_malloc = mode in ("cudapmr-cache-malloc", "cudapmr-coalescing")
 if mode != "torch":
     import cudapmr, cudapmr.torch
-    leaf = cudapmr.DeviceMallocResource(0) if mode == "cudapmr-cache-malloc" else cudapmr.DeviceMemoryResource(0)
-    resource = leaf if mode == "cudapmr-pool" else cudapmr.CachingResource(leaf)
+    leaf = cudapmr.DeviceMallocResource(0) if on_malloc else cudapmr.DeviceMemoryResource(0)
+    if mode == "cudapmr-pool":
+        resource = leaf
+    elif mode == "cudapmr-coalescing":
+        resource = cudapmr.CoalescingResource(leaf)
+    else:
+        resource = cudapmr.CachingResource(leaf)
     torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(resource))
 free, total = torch.cuda.mem_get_info(0)  # initializes CUDA (after the allocator is chosen)
 baseline = device_peak = total - free
@@ -199,7 +207,7 @@ for i in range(steps):
     times.append(time.perf_counter() - start)
     sample()
 times.sort()
-if mode == "cudapmr-cache-malloc":
+if on_malloc:
     reserved, source = leaf.allocated_bytes_high, "DeviceMallocResource allocated_bytes_high"
 elif mode != "torch":
     reserved, source = leaf.statistics().reserved_high, "CUDA pool reserved_high"
@@ -226,7 +234,8 @@ def training_table(steps, rounds):
     print("|---|---:|---:|---:|---|")
     names = {"torch": "PyTorch caching allocator", "cudapmr-pool": "cudapmr DeviceMemoryResource (pluggable)",
              "cudapmr-cache": "cudapmr CachingResource over it (pluggable)",
-             "cudapmr-cache-malloc": "cudapmr CachingResource over DeviceMallocResource (pluggable)"}
+             "cudapmr-cache-malloc": "cudapmr CachingResource over DeviceMallocResource (pluggable)",
+             "cudapmr-coalescing": "cudapmr CoalescingResource over DeviceMallocResource (pluggable)"}
     # Fresh processes, alternating the allocators round by round; medians of the rounds.
     runs = {mode: [] for mode in names}
     failed = False

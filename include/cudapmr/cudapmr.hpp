@@ -9,6 +9,7 @@
 /// `nccl/` (`cudapmr::nccl`).
 
 #include "cudapmr/adaptors/caching_resource.hpp"
+#include "cudapmr/adaptors/coalescing_resource.hpp"
 #include "cudapmr/adaptors/failure_callback_adaptor.hpp"
 #include "cudapmr/adaptors/history_adaptor.hpp"
 #include "cudapmr/adaptors/limiting_adaptor.hpp"

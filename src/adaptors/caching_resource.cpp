@@ -15,10 +15,6 @@
 namespace cudapmr {
 namespace {
 
-detail::stream_ordering& ordering_for(memory_kind kind) noexcept {
-  return kind == memory_kind::pageable ? detail::host_stream_ordering() : detail::cuda_stream_ordering();
-}
-
 /// The default budget: an eighth of the upstream device's memory, at least
 /// 1 GiB; 1 GiB for memory of no one device, or where CUDA cannot say.
 std::size_t default_budget(const stream_ordered_resource& upstream) noexcept {
@@ -45,7 +41,7 @@ caching_options validated(caching_options options, const stream_ordered_resource
 }  // namespace
 
 caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options)
-    : caching_resource(upstream, options, ordering_for(upstream.kind())) {}
+    : caching_resource(upstream, options, detail::stream_ordering_for(upstream.kind())) {}
 
 caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options,
                                    detail::stream_ordering& ordering)

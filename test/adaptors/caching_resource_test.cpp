@@ -4,6 +4,7 @@
 // use the host resource with made-up stream handles (it ignores streams; the
 // cache keys on them) and a stand-in for CUDA's events where ordering matters.
 #include "support/resource_contract.hpp"
+#include "support/fake_ordering.hpp"
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
@@ -22,45 +23,6 @@
 
 namespace cudapmr::test {
 namespace {
-
-cudaStream_t fake_stream(std::uintptr_t id) { return reinterpret_cast<cudaStream_t>(id * 0x1000); }
-
-/// Plays CUDA's part: events the test completes by hand, recorded waits,
-/// captured streams and the current device.
-class fake_ordering final : public detail::stream_ordering {
- public:
-  struct event {
-    cudaStream_t stream;
-    bool completed = false;
-  };
-  detail::ordering_event record(stream_ref stream) noexcept override {
-    if (captured.contains(stream.get())) return nullptr;
-    events.push_back(std::make_unique<event>(event{stream.get()}));
-    return events.back().get();
-  }
-  bool has_completed(detail::ordering_event e) noexcept override { return static_cast<event*>(e)->completed; }
-  bool make_wait(stream_ref stream, detail::ordering_event e) noexcept override {
-    waits.emplace_back(stream.get(), static_cast<event*>(e)->stream);
-    return true;
-  }
-  void recycle(detail::ordering_event) noexcept override { ++recycled; }
-  bool is_capturing(stream_ref stream) noexcept override { return captured.contains(stream.get()); }
-  int current_device() noexcept override { return device; }
-  void synchronize_all_devices() override {
-    ++device_synchronizations;
-    for (const auto& each : events) each->completed = true;
-  }
-  void complete_all() {
-    for (const auto& each : events) each->completed = true;
-  }
-
-  std::vector<std::unique_ptr<event>> events;
-  std::vector<std::pair<cudaStream_t, cudaStream_t>> waits;  // (waiting stream, stream of the event)
-  std::set<cudaStream_t> captured;
-  std::size_t recycled = 0;
-  int device = 0;
-  int device_synchronizations = 0;
-};
 
 /// Frees and reallocates on `stream` until the stream is past the frees a new stream seals.
 void settle(caching_resource& cache, stream_ref stream, std::size_t bytes) {

@@ -198,6 +198,24 @@ def test_statistics_adaptor_counts(host):
     assert counted.upstream is host
 
 
+def test_coalescing_resource_serves_smaller_requests_from_a_freed_block(host):
+    arena = cudapmr.CoalescingResource(host)
+    big = arena.allocate_raw(16 << 20)
+    arena.deallocate_raw(big, 16 << 20)
+    first = arena.allocate_raw(6 << 20)
+    second = arena.allocate_raw(6 << 20)
+    assert (first, second) == (big, big + (6 << 20))
+    stats = arena.statistics()
+    assert (stats.segments, stats.reserved_bytes, stats.used_bytes) == (1, 16 << 20, 12 << 20)
+    assert "reserved_peak=16777216" in repr(stats)
+    arena.deallocate_raw(first, 6 << 20)
+    arena.deallocate_raw(second, 6 << 20)
+    arena.release()
+    assert host.used_bytes == 0
+    with pytest.raises(ValueError, match="segment_granularity of 3145728 bytes"):
+        cudapmr.CoalescingResource(host, segment_granularity=3 << 20)
+
+
 def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
     limited = cudapmr.LimitingAdaptor(host, 1000)
     kept = limited.allocate_raw(800)

@@ -4,6 +4,7 @@
 // recorded at a free, waits, capture and device queries. Behind an interface
 // so that pageable memory needs none of them and host tests can play CUDA.
 
+#include "cudapmr/memory_kind.hpp"
 #include "cudapmr/stream.hpp"
 
 namespace cudapmr::detail {
@@ -43,5 +44,7 @@ class stream_ordering {
 /// For pageable memory, which no stream work touches: every event has
 /// completed, nothing is captured. Process-wide, never destroyed.
 [[nodiscard]] stream_ordering& host_stream_ordering() noexcept;
+/// The ordering of a kind of memory: the host's for pageable memory, CUDA's for the rest.
+[[nodiscard]] stream_ordering& stream_ordering_for(memory_kind kind) noexcept;
 
 }  // namespace cudapmr::detail

@@ -3,6 +3,7 @@
 #include "bindings.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/limiting_adaptor.hpp>
 #include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
@@ -100,6 +101,25 @@ void bind_statistics(nb::module_& module) {
                ", cached_blocks=" + std::to_string(stats.cached_blocks) +
                ", max_cached_bytes=" + std::to_string(stats.max_cached_bytes) +
                ", upstream_reserved=" + optional_repr(stats.upstream_reserved) + ")";
+      });
+}
+
+void bind_coalescing_statistics(nb::module_& module) {
+  nb::class_<coalescing_statistics>(module, "CoalescingStatistics", "What a CoalescingResource holds and has done.")
+      .def_ro("reserved_bytes", &coalescing_statistics::reserved_bytes)
+      .def_ro("reserved_peak", &coalescing_statistics::reserved_peak)
+      .def_ro("segments", &coalescing_statistics::segments)
+      .def_ro("used_bytes", &coalescing_statistics::used_bytes)
+      .def_ro("used_peak", &coalescing_statistics::used_peak)
+      .def_ro("segment_allocations", &coalescing_statistics::segment_allocations)
+      .def_ro("segment_frees", &coalescing_statistics::segment_frees)
+      .def_ro("pending_blocks", &coalescing_statistics::pending_blocks)
+      .def_ro("retired_blocks", &coalescing_statistics::retired_blocks)
+      .def("__repr__", [](const coalescing_statistics& stats) {
+        return "CoalescingStatistics(reserved_bytes=" + std::to_string(stats.reserved_bytes) +
+               ", reserved_peak=" + std::to_string(stats.reserved_peak) + ", segments=" +
+               std::to_string(stats.segments) + ", used_bytes=" + std::to_string(stats.used_bytes) +
+               ", used_peak=" + std::to_string(stats.used_peak) + ")";
       });
 }
 
@@ -271,6 +291,27 @@ void bind_adaptors(nb::module_& module) {
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");
+
+  bind_coalescing_statistics(module);
+  nb::class_<coalescing_resource, resource_adaptor>(
+      module, "CoalescingResource",
+      "Blocks carved from large upstream segments, best fit, split and merged: as frugal as PyTorch's allocator.")
+      .def(
+          "__init__",
+          [](coalescing_resource* self, stream_ordered_resource& upstream, std::size_t small_request,
+             std::size_t small_segment, std::size_t segment_granularity, bool check_capture) {
+            new (self) coalescing_resource(
+                upstream, coalescing_options{small_request, small_segment, segment_granularity, check_capture});
+          },
+          "upstream"_a, nb::kw_only(), "small_request"_a = coalescing_options{}.small_request,
+          "small_segment"_a = coalescing_options{}.small_segment,
+          "segment_granularity"_a = coalescing_options{}.segment_granularity, "check_capture"_a = true,
+          nb::keep_alive<1, 2>(),
+          "small_request: requests up to this share small_segment-byte segments; larger ones get segments of "
+          "their size rounded up to segment_granularity, split and merged as blocks are allocated and freed.")
+      .def("statistics", &coalescing_resource::statistics, "A CoalescingStatistics.")
+      .def("release", &coalescing_resource::release, nb::call_guard<nb::gil_scoped_release>(),
+           "Hands every wholly free segment back upstream.");
 
   nb::class_<statistics_adaptor, resource_adaptor>(
       module, "StatisticsAdaptor", "Counts bytes and allocations (current, peak, total), overall and per stream.")

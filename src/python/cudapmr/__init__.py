@@ -13,6 +13,8 @@ from ._cudapmr import (
     Buffer,
     CacheStatistics,
     CachingResource,
+    CoalescingResource,
+    CoalescingStatistics,
     CudaError,
     DeviceMallocResource,
     DeviceMemoryResource,

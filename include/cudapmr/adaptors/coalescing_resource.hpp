@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file coalescing_resource.hpp
+/// The frugal front end of any stream_ordered_resource: blocks carved from
+/// large upstream segments, best fit, split on allocation and merged on free.
+
+#include "cudapmr/adaptors/resource_adaptor.hpp"
+#include "cudapmr/detail/block_cache.hpp"
+#include "cudapmr/detail/stream_ordering.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace cudapmr {
+
+/// Options of a coalescing_resource. The defaults are those of PyTorch's
+/// caching allocator but for large segments, which it sizes at 20 MiB for
+/// requests under 10 MiB.
+struct coalescing_options {
+  /// Requests up to this many bytes share small segments; larger ones are
+  /// carved from large segments, and only those split off a remainder past this.
+  std::size_t small_request = std::size_t{1} << 20;
+  /// The bytes of a small segment; at least `small_request`.
+  std::size_t small_segment = std::size_t{2} << 20;
+  /// A large segment is the request that needed it, rounded up to this (a power of two).
+  std::size_t segment_granularity = std::size_t{2} << 20;
+  /// Ask CUDA at every allocation and free whether the stream is being
+  /// captured into a graph (see coalescing_resource). Turn it off only where
+  /// no stream the resource sees is ever captured.
+  bool check_capture = true;
+};
+
+/// What a coalescing_resource holds and has done.
+struct coalescing_statistics {
+  /// Segments held from upstream, in bytes now and at most, and in number.
+  std::size_t reserved_bytes = 0;
+  std::size_t reserved_peak = 0;
+  std::size_t segments = 0;
+  /// Bytes of the blocks handed out (rounded to 512), now and at most.
+  std::size_t used_bytes = 0;
+  std::size_t used_peak = 0;
+  /// Segments taken from and given back to the upstream.
+  std::uint64_t segment_allocations = 0;
+  std::uint64_t segment_frees = 0;
+  /// Blocks freed on another stream than their own, waiting for the event recorded at the free.
+  std::size_t pending_blocks = 0;
+  /// Blocks freed during a stream capture: never reused (a graph may touch them at any launch).
+  std::size_t retired_blocks = 0;
+  /// Wholly free segments of one stream taken over by another that missed.
+  std::uint64_t segments_adopted = 0;
+};
+
+/// Serves requests from segments it takes from the upstream, as a framework's
+/// caching allocator does: a request takes the smallest free block that fits
+/// (rounded up to 512 bytes), which is split when what is left is worth
+/// keeping, and a free merges the block with its free neighbours. A segment
+/// that has no free block large enough is added, sized to the request (small
+/// requests share `small_segment`s). So memory of one size serves requests of
+/// any other, and what the upstream holds stays close to the most that was live.
+///
+/// - A segment belongs to the stream it was allocated on; its blocks serve
+///   that stream only. A block freed with `deallocate_async` on its own stream
+///   is free again at once (the stream orders its reuse). Freed on another
+///   stream, it waits for an event recorded there at the free and is free once
+///   the event has completed (looked at on each allocation). A free on its
+///   own stream that leaves a segment wholly free records an event there, and
+///   another stream that finds no free block takes such a segment over (the
+///   smallest that fits, after waiting for the event) before it asks the
+///   upstream for a new one: a stream per request reuses the last one's memory.
+///   A new segment that would take the resource past the most it has held
+///   first returns the stream's wholly free segments upstream (none of them
+///   fits): a growing working set leaves no trail.
+/// - pmr `allocate` and `deallocate` work in order on the bound stream and
+///   synchronize after allocating, as every resource does.
+/// - Segments go back upstream with `release()`, at destruction, and when the
+///   upstream refuses a new segment: first the wholly free segments of the
+///   requesting stream (in its order), then, after every device is
+///   synchronized, every wholly free segment; then it retries.
+/// - On a stream being captured into a graph (unless `check_capture` is off),
+///   allocations go straight upstream (a graph node, whose address the graph
+///   keeps) and return upstream at their free. A block of a segment freed
+///   during a capture is retired, never reused: the graph may touch it at
+///   every launch.
+/// - Zero-byte requests and alignments past 256 bytes go straight upstream.
+///
+/// Thread-safe; one lock per resource, held across upstream calls, so it suits
+/// allocations of tensors, not millions of tiny pairs a second (caching_resource
+/// is for those).
+class coalescing_resource final : public resource_adaptor {
+ public:
+  /// \throws std::invalid_argument naming the option for a zero `small_request`,
+  /// a `small_segment` below it or a `segment_granularity` that is not a power of two.
+  explicit coalescing_resource(stream_ordered_resource& upstream, coalescing_options options = {});
+  /// As above, ordering streams through `ordering` (tests play CUDA with it).
+  coalescing_resource(stream_ordered_resource& upstream, coalescing_options options,
+                      detail::stream_ordering& ordering);
+  /// Releases the wholly free segments. Never throws; segments with blocks
+  /// still out stay with the upstream.
+  ~coalescing_resource() override;
+
+  /// Hands every wholly free segment back upstream on the bound stream, after
+  /// synchronizing every device where segments or pending blocks of other
+  /// streams are held. \throws cuda_error if a synchronize fails.
+  void release();
+  [[nodiscard]] coalescing_statistics statistics() const;
+  [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }
+  [[nodiscard]] std::string description() const override { return describe_as("coalescing_resource"); }
+
+  /// The bytes a block of `bytes` takes: rounded up to 512.
+  [[nodiscard]] static constexpr std::size_t block_bytes(std::size_t bytes) noexcept {
+    return (bytes + block_rounding - 1) / block_rounding * block_rounding;
+  }
+
+ private:
+  struct segment;
+  struct stream_pool;
+  /// A piece of a segment, free or out; blocks of a segment are linked in address order.
+  struct block {
+    std::byte* pointer;
+    std::size_t size;
+    segment* owner;
+    block* previous;
+    block* next;
+    bool free;
+  };
+  /// Best fit; among equal sizes, the oldest segment's lowest block: older
+  /// segments fill first, so newer ones empty and can go back upstream.
+  struct by_size {
+    bool operator()(const block* a, const block* b) const noexcept;
+  };
+  using stream_key = std::tuple<cudaStream_t, std::thread::id, int>;
+  struct stream_pool {
+    stream_ref stream;
+    std::set<block*, by_size> small_free;
+    std::set<block*, by_size> large_free;
+  };
+  /// Owns its blocks, linked from `first`.
+  struct segment {
+    segment(std::byte* start, std::size_t bytes, bool of_small_requests, stream_pool* owner);
+    ~segment();
+    segment(const segment&) = delete;
+    segment& operator=(const segment&) = delete;
+    std::byte* base;
+    std::size_t size;
+    bool small;
+    stream_pool* pool;
+    std::uint64_t sequence = 0;  // order of creation
+    block* first;
+    /// Recorded on the segment's stream by the free that left it wholly free:
+    /// another stream may take the segment over once it waits for this.
+    detail::ordering_event idle_event = nullptr;
+  };
+  struct pending_free {
+    block* freed;
+    detail::ordering_event event;
+  };
+
+  static constexpr std::size_t block_rounding = 512;
+  static constexpr std::size_t block_alignment = 256;
+  /// Requests past this go straight upstream: no device has so much memory, and rounding them could overflow.
+  static constexpr std::size_t largest_carved_request = std::size_t{1} << 48;
+
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+
+  [[nodiscard]] static bool is_carved(std::size_t bytes, std::size_t alignment) noexcept {
+    return bytes != 0 && bytes <= largest_carved_request && alignment <= block_alignment;
+  }
+  [[nodiscard]] bool is_captured(stream_ref stream) const noexcept {
+    return options_.check_capture && ordering_.is_capturing(stream);
+  }
+  [[nodiscard]] stream_key key_of(stream_ref stream) const noexcept;
+  /// The pool of `stream`, made on first use.
+  [[nodiscard]] stream_pool& pool_of(stream_ref stream);
+  /// The smallest free block of `pool` that fits `size`, split to it; null if none.
+  [[nodiscard]] block* take_best_fit(stream_pool& pool, std::size_t size, bool small);
+  /// A new segment for `size` bytes on `pool`'s stream, its block taken; returns the block.
+  [[nodiscard]] block* add_segment(stream_pool& pool, std::size_t size, bool small, std::size_t requested,
+                                   std::size_t alignment, stream_ref stream);
+  [[nodiscard]] std::size_t segment_bytes(std::size_t size, bool small) const noexcept;
+  /// Marks `freed` free and merges it with free neighbours.
+  void make_free(block* freed) noexcept;
+  /// A wholly free segment of another stream, idle since its event, of at least
+  /// `bytes`, made `pool`'s after `stream` waits for the event; null if none.
+  [[nodiscard]] segment* adopt_idle_segment(stream_pool& pool, std::size_t bytes, bool small, stream_ref stream) noexcept;
+  void forget_idle_event(segment& held) noexcept;
+  /// Frees the blocks whose events have completed (all of them after a synchronize).
+  void collect_pending(bool all_completed) noexcept;
+  /// Gives back upstream, on `stream`, the wholly free segments of `only` (of
+  /// every pool if null) smaller than `below`.
+  void release_free_segments(stream_pool* only, stream_ref stream,
+                             std::size_t below = std::numeric_limits<std::size_t>::max()) noexcept;
+  [[nodiscard]] static std::set<block*, by_size>& free_set(stream_pool& pool, bool small) noexcept {
+    return small ? pool.small_free : pool.large_free;
+  }
+
+  coalescing_options options_;
+  detail::stream_ordering& ordering_;
+  mutable std::mutex mutex_;
+  std::map<stream_key, std::unique_ptr<stream_pool>> pools_;
+  std::unordered_map<const std::byte*, std::unique_ptr<segment>> segments_;  // by base
+  std::unordered_map<const std::byte*, block*> out_;  // blocks handed out, by pointer
+  std::unordered_set<const void*> graph_blocks_;  // allocated upstream during a capture
+  std::vector<pending_free> pending_;
+  std::uint64_t segments_made_ = 0;
+  coalescing_statistics counts_;
+};
+
+}  // namespace cudapmr

@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cudapmr/adaptors/coalescing_resource.hpp"
+
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+#include <utility>
+
+namespace cudapmr {
+namespace {
+
+constexpr std::size_t largest_option = std::size_t{1} << 48;
+
+coalescing_options validated(coalescing_options options) {
+  if (options.small_request == 0 || options.small_request > largest_option)
+    throw std::invalid_argument(fmt::format("coalescing_options::small_request of {} bytes is not in [1, 2^48]",
+                                            options.small_request));
+  if (options.small_segment < options.small_request || options.small_segment > largest_option)
+    throw std::invalid_argument(
+        fmt::format("coalescing_options::small_segment of {} bytes is below small_request ({} bytes) or past 2^48",
+                    options.small_segment, options.small_request));
+  if (!std::has_single_bit(options.segment_granularity) || options.segment_granularity > largest_option)
+    throw std::invalid_argument(fmt::format(
+        "coalescing_options::segment_granularity of {} bytes is not a power of two up to 2^48", options.segment_granularity));
+  options.small_segment = coalescing_resource::block_bytes(options.small_segment);
+  return options;
+}
+
+}  // namespace
+
+coalescing_resource::segment::segment(std::byte* start, std::size_t bytes, bool of_small_requests, stream_pool* owner)
+    : base(start), size(bytes), small(of_small_requests), pool(owner), first(new block{start, bytes, this, nullptr, nullptr, true}) {}
+
+bool coalescing_resource::by_size::operator()(const block* a, const block* b) const noexcept {
+  // A probe for lower_bound has no segment: it sorts before every block of its size.
+  const std::uint64_t a_sequence = a->owner == nullptr ? 0 : a->owner->sequence + 1;
+  const std::uint64_t b_sequence = b->owner == nullptr ? 0 : b->owner->sequence + 1;
+  return std::tie(a->size, a_sequence, a->pointer) < std::tie(b->size, b_sequence, b->pointer);
+}
+
+coalescing_resource::segment::~segment() {
+  for (block* each = first; each != nullptr;) {
+    block* next = each->next;
+    delete each;
+    each = next;
+  }
+}
+
+coalescing_resource::coalescing_resource(stream_ordered_resource& upstream, coalescing_options options)
+    : coalescing_resource(upstream, options, detail::stream_ordering_for(upstream.kind())) {}
+
+coalescing_resource::coalescing_resource(stream_ordered_resource& upstream, coalescing_options options,
+                                         detail::stream_ordering& ordering)
+    : resource_adaptor(upstream), options_(validated(options)), ordering_(ordering) {}
+
+coalescing_resource::~coalescing_resource() {
+  try {
+    release();
+  } catch (...) {  // a destructor never throws; the segments stay with the upstream
+  }
+  for (const pending_free& pending : pending_) ordering_.recycle(pending.event);
+  for (const auto& [base, held] : segments_) forget_idle_event(*held);
+}
+
+coalescing_resource::stream_key coalescing_resource::key_of(stream_ref stream) const noexcept {
+  const auto key = detail::block_cache::key_of(stream, ordering_);
+  return {key.stream, key.thread, key.device};
+}
+
+coalescing_resource::stream_pool& coalescing_resource::pool_of(stream_ref stream) {
+  auto& pool = pools_[key_of(stream)];
+  if (!pool) pool = std::make_unique<stream_pool>(stream_pool{stream, {}, {}});
+  return *pool;
+}
+
+std::size_t coalescing_resource::segment_bytes(std::size_t size, bool small) const noexcept {
+  if (small) return options_.small_segment;
+  const std::size_t granularity = options_.segment_granularity;
+  return (size + granularity - 1) / granularity * granularity;
+}
+
+coalescing_resource::block* coalescing_resource::take_best_fit(stream_pool& pool, std::size_t size, bool small) {
+  auto& free_blocks = free_set(pool, small);
+  block probe{nullptr, size, nullptr, nullptr, nullptr, true};
+  const auto found = free_blocks.lower_bound(&probe);
+  if (found == free_blocks.end()) return nullptr;
+  block* taken = *found;
+  forget_idle_event(*taken->owner);
+  const std::size_t rest = taken->size - size;
+  // A large block keeps a remainder only past the small requests' bound, as
+  // PyTorch's does: slivers of large segments would serve nothing.
+  if (small ? rest >= block_rounding : rest > options_.small_request) {
+    auto* tail = new block{taken->pointer + size, rest, taken->owner, taken, taken->next, true};
+    try {
+      free_blocks.insert(tail);
+    } catch (...) {
+      delete tail;
+      throw;
+    }
+    free_blocks.erase(found);
+    if (taken->next != nullptr) taken->next->previous = tail;
+    taken->next = tail;
+    taken->size = size;
+  } else {
+    free_blocks.erase(found);
+  }
+  taken->free = false;
+  return taken;
+}
+
+void coalescing_resource::forget_idle_event(segment& held) noexcept {
+  if (held.idle_event == nullptr) return;
+  ordering_.recycle(held.idle_event);
+  held.idle_event = nullptr;
+}
+
+coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_pool& pool, std::size_t bytes,
+                                                                      bool small, stream_ref stream) noexcept {
+  segment* best = nullptr;
+  for (const auto& [base, held] : segments_) {
+    if (held->pool == &pool || held->small != small || held->idle_event == nullptr || held->size < bytes) continue;
+    if (best == nullptr || held->size < best->size || (held->size == best->size && held->sequence < best->sequence))
+      best = held.get();
+  }
+  if (best == nullptr) return nullptr;
+  if (!ordering_.has_completed(best->idle_event) && !ordering_.make_wait(stream, best->idle_event)) return nullptr;
+  forget_idle_event(*best);
+  auto& from = free_set(*best->pool, small);
+  auto node = from.extract(best->first);
+  best->pool = &pool;
+  free_set(pool, small).insert(std::move(node));  // the node moves: no allocation
+  ++counts_.segments_adopted;
+  return best;
+}
+
+coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, std::size_t size, bool small,
+                                                             std::size_t requested, std::size_t alignment,
+                                                             stream_ref stream) {
+  const std::size_t bytes = segment_bytes(size, small);
+  // Another stream's idle segment before new memory. Small segments are all
+  // alike; a large one may be larger than needed, and is split as any block.
+  if (adopt_idle_segment(pool, small ? bytes : size, small, stream) != nullptr) return take_best_fit(pool, size, small);
+  // About to hold more than ever: this stream's wholly free segments, all too
+  // small for the request, go back first (in its order), so a growing working
+  // set leaves no trail of outgrown segments.
+  if (counts_.reserved_bytes + bytes > counts_.reserved_peak) release_free_segments(&pool, stream, bytes);
+  const auto from_upstream = [&]() -> void* {
+    try {
+      return upstream_resource().allocate_async(bytes, block_alignment, stream);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  };
+  void* base = from_upstream();
+  if (base == nullptr) {
+    // What this resource holds free may be what the upstream lacks: first this
+    // stream's free segments, in its order; then, with every device idle, all.
+    release_free_segments(&pool, stream);
+    base = from_upstream();
+  }
+  if (base == nullptr) {
+    ordering_.synchronize_all_devices();
+    collect_pending(true);
+    release_free_segments(nullptr, stream);
+    try {
+      base = upstream_resource().allocate_async(bytes, block_alignment, stream);
+    } catch (const out_of_memory& error) {
+      throw out_of_memory(requested, alignment, description(),
+                          fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
+    }
+  }
+  segment* added = nullptr;
+  try {
+    auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
+    added = owned.get();
+    added->sequence = segments_made_++;
+    free_set(pool, small).insert(added->first);
+    try {
+      segments_.emplace(added->base, std::move(owned));
+    } catch (...) {
+      free_set(pool, small).erase(added->first);
+      throw;
+    }
+  } catch (...) {
+    upstream_resource().deallocate_async(base, bytes, block_alignment, stream);
+    throw;
+  }
+  counts_.reserved_bytes += bytes;
+  counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
+  ++counts_.segment_allocations;
+  // Nothing else in the pool fits (the caller looked), so this is the block the new segment gives.
+  return take_best_fit(pool, size, small);
+}
+
+void* coalescing_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+  if (!is_carved(bytes, alignment)) return upstream_resource().allocate_async(bytes, alignment, stream);
+  if (is_captured(stream)) {
+    // A graph node, whose address the graph keeps at every launch: it goes
+    // back upstream at its free, never into a segment.
+    void* p = upstream_resource().allocate_async(bytes, alignment, stream);
+    try {
+      const std::lock_guard lock(mutex_);
+      graph_blocks_.insert(p);
+    } catch (...) {
+      upstream_resource().deallocate_async(p, bytes, alignment, stream);
+      throw;
+    }
+    return p;
+  }
+  const std::size_t size = block_bytes(bytes);
+  const bool small = size <= options_.small_request;
+  const std::lock_guard lock(mutex_);
+  collect_pending(false);
+  stream_pool& pool = pool_of(stream);
+  block* taken = take_best_fit(pool, size, small);
+  if (taken == nullptr) taken = add_segment(pool, size, small, bytes, alignment, stream);
+  try {
+    out_.emplace(taken->pointer, taken);
+  } catch (...) {
+    make_free(taken);
+    throw;
+  }
+  counts_.used_bytes += taken->size;
+  counts_.used_peak = std::max(counts_.used_peak, counts_.used_bytes);
+  return taken->pointer;
+}
+
+void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
+                                              stream_ref stream) noexcept {
+  if (!is_carved(bytes, alignment)) return upstream_resource().deallocate_async(p, bytes, alignment, stream);
+  const bool captured = is_captured(stream);
+  std::unique_lock lock(mutex_);
+  const auto found = out_.find(static_cast<const std::byte*>(p));
+  if (found == out_.end()) {
+    // A graph's block, or none of ours: the upstream's to free.
+    graph_blocks_.erase(p);
+    lock.unlock();
+    return upstream_resource().deallocate_async(p, bytes, alignment, stream);
+  }
+  block* freed = found->second;
+  out_.erase(found);
+  counts_.used_bytes -= freed->size;
+  if (captured) {
+    ++counts_.retired_blocks;  // the graph may touch it at any launch
+    return;
+  }
+  if (const auto own = pools_.find(key_of(stream)); own != pools_.end() && own->second.get() == freed->owner->pool) {
+    segment& held = *freed->owner;
+    make_free(freed);  // its own stream orders every later use after this free
+    if (held.first->free && held.first->next == nullptr) held.idle_event = ordering_.record(stream);
+    return;
+  }
+  // Another stream's free: the block's own stream may reuse it only once the
+  // work queued before the free has completed.
+  const detail::ordering_event event = ordering_.record(stream);
+  if (event == nullptr) {
+    ++counts_.retired_blocks;  // no way to order its reuse: kept out rather than risk a race
+    return;
+  }
+  try {
+    pending_.push_back({freed, event});
+  } catch (...) {
+    ordering_.recycle(event);
+    ++counts_.retired_blocks;
+  }
+}
+
+void coalescing_resource::make_free(block* freed) noexcept {
+  auto& free_blocks = free_set(*freed->owner->pool, freed->owner->small);
+  freed->free = true;
+  if (block* next = freed->next; next != nullptr && next->free) {
+    free_blocks.erase(next);
+    freed->size += next->size;
+    freed->next = next->next;
+    if (next->next != nullptr) next->next->previous = freed;
+    delete next;
+  }
+  if (block* previous = freed->previous; previous != nullptr && previous->free) {
+    free_blocks.erase(previous);
+    previous->size += freed->size;
+    previous->next = freed->next;
+    if (freed->next != nullptr) freed->next->previous = previous;
+    delete freed;
+    freed = previous;
+  }
+  try {
+    free_blocks.insert(freed);
+  } catch (...) {  // no memory for the set: the block stays out of use
+    freed->free = false;
+    ++counts_.retired_blocks;
+  }
+}
+
+void coalescing_resource::collect_pending(bool all_completed) noexcept {
+  for (std::size_t index = 0; index < pending_.size();) {
+    const pending_free pending = pending_[index];
+    if (!all_completed && !ordering_.has_completed(pending.event)) {
+      ++index;
+      continue;
+    }
+    ordering_.recycle(pending.event);
+    make_free(pending.freed);
+    pending_[index] = pending_.back();
+    pending_.pop_back();
+  }
+}
+
+void coalescing_resource::release_free_segments(stream_pool* only, stream_ref stream, std::size_t below) noexcept {
+  for (auto each = segments_.begin(); each != segments_.end();) {
+    segment& held = *each->second;
+    const bool wholly_free = held.first->free && held.first->next == nullptr;
+    if (!wholly_free || held.size >= below || (only != nullptr && held.pool != only)) {
+      ++each;
+      continue;
+    }
+    free_set(*held.pool, held.small).erase(held.first);
+    forget_idle_event(held);
+    upstream_resource().deallocate_async(held.base, held.size, block_alignment, stream);
+    counts_.reserved_bytes -= held.size;
+    ++counts_.segment_frees;
+    each = segments_.erase(each);
+  }
+}
+
+void coalescing_resource::release() {
+  const std::lock_guard lock(mutex_);
+  const stream_ref bound = own_bound_stream();
+  const auto own = pools_.find(key_of(bound));
+  const stream_pool* bound_pool = own == pools_.end() ? nullptr : own->second.get();
+  const bool others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
+                        return each.second->pool != bound_pool && each.second->first->free &&
+                               each.second->first->next == nullptr;
+                      });
+  if (others) {
+    // Segments freed in other streams' order: freed on the bound stream only
+    // once every device is idle (those streams may be gone).
+    ordering_.synchronize_all_devices();
+    collect_pending(true);
+  }
+  release_free_segments(nullptr, bound);
+}
+
+coalescing_statistics coalescing_resource::statistics() const {
+  const std::lock_guard lock(mutex_);
+  coalescing_statistics result = counts_;
+  result.segments = segments_.size();
+  result.pending_blocks = pending_.size();
+  return result;
+}
+
+}  // namespace cudapmr

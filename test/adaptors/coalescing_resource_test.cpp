@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+// coalescing_resource: best fit, split and merge within segments, reuse across
+// sizes, frees on other streams only after their events, capture, release and
+// exhaustion. Host tests over the host resource with made-up stream handles.
+#include "support/fake_ordering.hpp"
+#include "support/resource_contract.hpp"
+#include "support/resource_cases.hpp"
+
+#include <cudapmr/adaptors/coalescing_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cudapmr::test {
+namespace {
+
+TEST(CoalescingResource, ABlockFreedOnItsStreamServesASmallerRequestFromTheSameSegment) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  auto* big = static_cast<std::byte*>(arena.allocate_async(16 * mebibyte, fake_stream(1)));
+  arena.deallocate_async(big, 16 * mebibyte, fake_stream(1));
+  // Two 6 MiB tensors fit where the 16 MiB one was: no new segment.
+  auto* first = static_cast<std::byte*>(arena.allocate_async(6 * mebibyte, fake_stream(1)));
+  auto* second = static_cast<std::byte*>(arena.allocate_async(6 * mebibyte, fake_stream(1)));
+  EXPECT_EQ(first, big);
+  EXPECT_EQ(second, big + 6 * mebibyte);
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segment_allocations, 1u);
+  EXPECT_EQ(stats.reserved_bytes, 16 * mebibyte);
+  EXPECT_EQ(stats.used_bytes, 12 * mebibyte);
+  EXPECT_EQ(upstream.used_bytes(), 16 * mebibyte);
+  arena.deallocate_async(first, 6 * mebibyte, fake_stream(1));
+  arena.deallocate_async(second, 6 * mebibyte, fake_stream(1));
+  // Merged again: the whole segment serves its first size.
+  EXPECT_EQ(arena.allocate_async(16 * mebibyte, fake_stream(1)), big);
+  arena.deallocate_async(big, 16 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, FreedNeighboursMergeWhicheverIsFreedFirst) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  constexpr std::size_t piece = 4 * mebibyte;
+  auto* whole = static_cast<std::byte*>(arena.allocate_async(3 * piece, fake_stream(1)));
+  arena.deallocate_async(whole, 3 * piece, fake_stream(1));
+  void* a = arena.allocate_async(piece, fake_stream(1));
+  void* b = arena.allocate_async(piece, fake_stream(1));
+  void* c = arena.allocate_async(piece, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segment_allocations, 1u);
+  // The middle last: it joins a free block on each side.
+  arena.deallocate_async(a, piece, fake_stream(1));
+  arena.deallocate_async(c, piece, fake_stream(1));
+  arena.deallocate_async(b, piece, fake_stream(1));
+  EXPECT_EQ(arena.allocate_async(3 * piece, fake_stream(1)), whole);
+  EXPECT_EQ(arena.statistics().segment_allocations, 1u);
+  arena.deallocate_async(whole, 3 * piece, fake_stream(1));
+}
+
+TEST(CoalescingResource, TakesTheSmallestFreeBlockThatFits) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  void* large = arena.allocate_async(32 * mebibyte, fake_stream(1));
+  void* medium = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(large, 32 * mebibyte, fake_stream(1));
+  arena.deallocate_async(medium, 8 * mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.allocate_async(6 * mebibyte, fake_stream(1)), medium);
+  EXPECT_EQ(arena.statistics().segment_allocations, 2u);
+  arena.deallocate_async(medium, 6 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, SmallRequestsShareASmallSegmentAndRoundTo512) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  auto* first = static_cast<std::byte*>(arena.allocate_async(1, fake_stream(1)));
+  auto* second = static_cast<std::byte*>(arena.allocate_async(700, fake_stream(1)));
+  auto* third = static_cast<std::byte*>(arena.allocate_async(512 * 1024, fake_stream(1)));
+  EXPECT_EQ(second, first + 512);
+  EXPECT_EQ(third, first + 1536);
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segments, 1u);
+  EXPECT_EQ(stats.reserved_bytes, 2 * mebibyte);
+  EXPECT_EQ(stats.used_bytes, 512 + 1024 + 512 * 1024);
+  // A large request never takes a small segment's room.
+  void* large = arena.allocate_async(mebibyte + 1, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segments, 2u);
+  for (auto [p, bytes] : {std::pair<void*, std::size_t>{first, 1}, {second, 700}, {third, 512 * 1024},
+                          {large, mebibyte + 1}})
+    arena.deallocate_async(p, bytes, fake_stream(1));
+}
+
+TEST(CoalescingResource, AGrowingWorkingSetLeavesNoTrailOfOutgrownSegments) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  for (std::size_t bytes = 4 * mebibyte; bytes <= 32 * mebibyte; bytes *= 2)
+    arena.deallocate_async(arena.allocate_async(bytes, fake_stream(1)), bytes, fake_stream(1));
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.reserved_bytes, 32 * mebibyte);
+  EXPECT_EQ(stats.reserved_peak, 32 * mebibyte);
+  EXPECT_EQ(stats.segment_frees, 3u);
+  // A size it held before comes from the segment it keeps, split.
+  void* again = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segment_allocations, 4u);
+  arena.deallocate_async(again, 8 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, AStreamNeverGetsABlockOfAnotherStreamsSegmentInUse) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* held = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  void* p = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(p, 4 * mebibyte, fake_stream(1));
+  // p's segment is wholly free again; held's is not and is never taken over.
+  void* q = arena.allocate_async(6 * mebibyte, fake_stream(2));
+  EXPECT_EQ(arena.statistics().segments, 3u);
+  EXPECT_EQ(arena.statistics().segments_adopted, 0u);
+  EXPECT_TRUE(ordering.waits.empty());
+  for (auto [pointer, stream] : {std::pair<void*, std::uintptr_t>{held, 1}, {q, 2}})
+    arena.deallocate_async(pointer, pointer == q ? 6 * mebibyte : 4 * mebibyte, fake_stream(stream));
+}
+
+TEST(CoalescingResource, AStreamTakesOverAnotherStreamsIdleSegmentAfterWaitingForIt) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  // A new stream per request: each takes over the last one's memory.
+  void* first = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(first, 8 * mebibyte, fake_stream(1));
+  ASSERT_EQ(ordering.events.size(), 1u) << "a free that leaves a segment wholly free records an event";
+  void* second = arena.allocate_async(6 * mebibyte, fake_stream(2));
+  EXPECT_EQ(second, first);
+  ASSERT_EQ(ordering.waits.size(), 1u);
+  EXPECT_EQ(ordering.waits[0], std::make_pair(fake_stream(2), fake_stream(1)));
+  arena.deallocate_async(second, 6 * mebibyte, fake_stream(2));
+  ordering.complete_all();
+  EXPECT_EQ(arena.allocate_async(8 * mebibyte, fake_stream(3)), first);
+  EXPECT_EQ(ordering.waits.size(), 1u) << "a completed event needs no wait";
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segment_allocations, 1u);
+  EXPECT_EQ(stats.segments_adopted, 2u);
+  EXPECT_EQ(upstream.used_bytes(), 8 * mebibyte);
+  arena.deallocate_async(first, 8 * mebibyte, fake_stream(3));
+}
+
+TEST(CoalescingResource, ABlockFreedOnAnotherStreamWaitsForTheEventRecordedThere) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* produced = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(produced, 4 * mebibyte, fake_stream(2));  // the consumer frees it
+  ASSERT_EQ(ordering.events.size(), 1u);
+  EXPECT_EQ(ordering.events[0]->stream, fake_stream(2));
+  EXPECT_EQ(arena.statistics().pending_blocks, 1u);
+  // The consumer's work may still run: the producer's next block is elsewhere.
+  void* next = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  EXPECT_NE(next, produced);
+  arena.deallocate_async(next, 4 * mebibyte, fake_stream(1));
+  ordering.complete_all();
+  EXPECT_EQ(arena.allocate_async(4 * mebibyte, fake_stream(1)), produced);
+  EXPECT_EQ(arena.statistics().pending_blocks, 0u);
+  EXPECT_EQ(ordering.recycled, 1u);
+  arena.deallocate_async(produced, 4 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, CaptureGoesUpstreamAndAFreeDuringCaptureRetiresTheBlock) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* before = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  ordering.captured.insert(fake_stream(1));
+  const std::size_t used = upstream.used_bytes();
+  void* in_graph = arena.allocate_async(mebibyte, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), used + mebibyte) << "a graph's allocation came from a segment";
+  arena.deallocate_async(in_graph, mebibyte, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), used);
+  arena.deallocate_async(before, 4 * mebibyte, fake_stream(1));  // the graph may use it at every launch
+  ordering.captured.clear();
+  EXPECT_EQ(arena.statistics().retired_blocks, 1u);
+  void* after = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  EXPECT_NE(after, before) << "a block freed during capture was reused";
+  arena.deallocate_async(after, 4 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries) {
+  host_memory_resource upstream(8 * mebibyte);
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* one = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  void* two = arena.allocate_async(2 * mebibyte, fake_stream(2));
+  arena.deallocate_async(one, 4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(two, 2 * mebibyte, fake_stream(2));
+  // 6 MiB on stream 3 fit only once both free segments are gone.
+  void* p = arena.allocate_async(6 * mebibyte, fake_stream(3));
+  EXPECT_NE(p, nullptr);
+  EXPECT_EQ(ordering.device_synchronizations, 1) << "other streams' segments left without a synchronize";
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segments, 1u);
+  EXPECT_EQ(stats.segment_frees, 2u);
+  arena.deallocate_async(p, 6 * mebibyte, fake_stream(3));
+  try {
+    static_cast<void>(arena.allocate_async(9 * mebibyte + 5, fake_stream(3)));
+    ADD_FAILURE() << "9 MiB granted by an 8 MiB upstream";
+  } catch (const out_of_memory& error) {
+    EXPECT_EQ(error.requested_bytes(), 9 * mebibyte + 5);
+    EXPECT_NE(std::string(error.what()).find("coalescing_resource"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find(std::to_string(10 * mebibyte)), std::string::npos) << error.what();
+  }
+  // The free segment went back on the way, and the resource still serves.
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  void* again = arena.allocate_async(6 * mebibyte, fake_stream(3));
+  EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte);
+  arena.deallocate_async(again, 6 * mebibyte, fake_stream(3));
+}
+
+TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOtherStreams) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* kept = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  void* freed = arena.allocate_async(4 * mebibyte, fake_stream(2));
+  arena.deallocate_async(freed, 4 * mebibyte, fake_stream(2));
+  void* pending = arena.allocate_async(2 * mebibyte, fake_stream(3));
+  arena.deallocate_async(pending, 2 * mebibyte, fake_stream(4));
+  arena.release();
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segments, 1u);
+  EXPECT_EQ(stats.pending_blocks, 0u);
+  EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte);
+  arena.deallocate_async(kept, 4 * mebibyte, fake_stream(1));
+  arena.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
+TEST(CoalescingResource, DestructionReturnsFreeSegments) {
+  host_memory_resource upstream;
+  {
+    coalescing_resource arena(upstream);
+    arena.deallocate_async(arena.allocate_async(3 * mebibyte, fake_stream(1)), 3 * mebibyte, fake_stream(1));
+    arena.deallocate(arena.allocate(100), 100);
+    EXPECT_GT(upstream.used_bytes(), 0u);
+  }
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
+TEST(CoalescingResource, ZeroOverAlignedAndHugeRequestsGoStraightUpstream) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  void* aligned = arena.allocate_async(1000, 4096, fake_stream(1));
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(aligned) % 4096, 0u);
+  EXPECT_EQ(arena.statistics().segments, 0u);
+  EXPECT_EQ(upstream.used_bytes(), 1000u);
+  arena.deallocate_async(aligned, 1000, 4096, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  EXPECT_THROW(static_cast<void>(arena.allocate_async(std::size_t{1} << 62, fake_stream(1))), out_of_memory);
+  EXPECT_EQ(arena.statistics().segments, 0u);
+}
+
+TEST(CoalescingResource, RefusesBadOptionsByName) {
+  host_memory_resource upstream;
+  const auto refusal = [&](coalescing_options options) {
+    try {
+      coalescing_resource arena(upstream, options);
+    } catch (const std::invalid_argument& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal({.small_request = 0}).find("small_request of 0 bytes"), std::string::npos);
+  EXPECT_NE(refusal({.small_request = 4 * mebibyte}).find("small_segment of 2097152 bytes"), std::string::npos);
+  EXPECT_NE(refusal({.segment_granularity = 3 * mebibyte}).find("segment_granularity of 3145728 bytes"),
+            std::string::npos);
+}
+
+struct coalescing_maker {
+  static coalescing_resource make(stream_ordered_resource& upstream, std::ostream& /*log*/) {
+    return coalescing_resource(upstream);
+  }
+};
+
+using coalescing_resource_cases = adaptor_over_each_kind<coalescing_maker>;
+using coalescing_resource_exhaustible_cases = adaptor_over_exhaustible_kinds<coalescing_maker>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(CoalescingResource, coalescing_resource_cases,
+                                      coalescing_resource_exhaustible_cases);
+
+}  // namespace
+}  // namespace cudapmr::test

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A stand-in for CUDA's part in the caches' stream ordering, for host tests:
+// events the test completes by hand, recorded waits, captured streams.
+
+#include <cudapmr/detail/stream_ordering.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace cudapmr::test {
+
+/// A made-up stream handle: the host resource ignores streams, the caches key on them.
+inline cudaStream_t fake_stream(std::uintptr_t id) { return reinterpret_cast<cudaStream_t>(id * 0x1000); }
+
+/// Plays CUDA's part: events the test completes by hand, recorded waits,
+/// captured streams and the current device.
+class fake_ordering final : public detail::stream_ordering {
+ public:
+  struct event {
+    cudaStream_t stream;
+    bool completed = false;
+  };
+  detail::ordering_event record(stream_ref stream) noexcept override {
+    if (captured.contains(stream.get())) return nullptr;
+    events.push_back(std::make_unique<event>(event{stream.get()}));
+    return events.back().get();
+  }
+  bool has_completed(detail::ordering_event e) noexcept override { return static_cast<event*>(e)->completed; }
+  bool make_wait(stream_ref stream, detail::ordering_event e) noexcept override {
+    waits.emplace_back(stream.get(), static_cast<event*>(e)->stream);
+    return true;
+  }
+  void recycle(detail::ordering_event) noexcept override { ++recycled; }
+  bool is_capturing(stream_ref stream) noexcept override { return captured.contains(stream.get()); }
+  int current_device() noexcept override { return device; }
+  void synchronize_all_devices() override {
+    ++device_synchronizations;
+    for (const auto& each : events) each->completed = true;
+  }
+  void complete_all() {
+    for (const auto& each : events) each->completed = true;
+  }
+
+  std::vector<std::unique_ptr<event>> events;
+  std::vector<std::pair<cudaStream_t, cudaStream_t>> waits;  // (waiting stream, stream of the event)
+  std::set<cudaStream_t> captured;
+  std::size_t recycled = 0;
+  int device = 0;
+  int device_synchronizations = 0;
+};
+
+}  // namespace cudapmr::test

@@ -122,7 +122,12 @@ coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_poo
                                                                       bool small, stream_ref stream) noexcept {
   segment* best = nullptr;
   for (const auto& [base, held] : segments_) {
-    if (held->pool == &pool || held->small != small || held->idle_event == nullptr || held->size < bytes) continue;
+    // At most twice the request (past a small request's bound): a stream that
+    // takes over a huge segment for a small tensor would leave its owner short.
+    const std::size_t largest = std::max(2 * bytes, bytes + options_.small_request);
+    if (held->pool == &pool || held->small != small || held->idle_event == nullptr || held->size < bytes ||
+        held->size > largest)
+      continue;
     if (best == nullptr || held->size < best->size || (held->size == best->size && held->sequence < best->sequence))
       best = held.get();
   }
@@ -141,6 +146,7 @@ coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, 
                                                              std::size_t requested, std::size_t alignment,
                                                              stream_ref stream) {
   const std::size_t bytes = segment_bytes(size, small);
+  segments_.reserve(segments_.size() + 1);  // so that adding the segment below cannot rehash and throw
   // Another stream's idle segment before new memory. Small segments are all
   // alike; a large one may be larger than needed, and is split as any block.
   if (adopt_idle_segment(pool, small ? bytes : size, small, stream) != nullptr) return take_best_fit(pool, size, small);
@@ -165,6 +171,8 @@ coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, 
   if (base == nullptr) {
     ordering_.synchronize_all_devices();
     collect_pending(true);
+    // A block another stream freed may now be free in this stream's pool.
+    if (block* freed = take_best_fit(pool, size, small)) return freed;
     release_free_segments(nullptr, stream);
     try {
       base = upstream_resource().allocate_async(bytes, block_alignment, stream);
@@ -173,16 +181,17 @@ coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, 
                           fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
     }
   }
-  segment* added = nullptr;
   try {
     auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
-    added = owned.get();
+    segment* added = owned.get();
     added->sequence = segments_made_++;
-    free_set(pool, small).insert(added->first);
+    // The map owns the segment first: if the free set then cannot take its
+    // block, erasing it from the map (which cannot throw) leaves nothing behind.
+    segments_.emplace(added->base, std::move(owned));
     try {
-      segments_.emplace(added->base, std::move(owned));
+      free_set(pool, small).insert(added->first);
     } catch (...) {
-      free_set(pool, small).erase(added->first);
+      segments_.erase(static_cast<const std::byte*>(base));
       throw;
     }
   } catch (...) {
@@ -236,8 +245,9 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
   std::unique_lock lock(mutex_);
   const auto found = out_.find(static_cast<const std::byte*>(p));
   if (found == out_.end()) {
-    // A graph's block, or none of ours: the upstream's to free.
-    graph_blocks_.erase(p);
+    // A graph's block goes back upstream. Any other pointer is none of ours or
+    // freed twice: handed upstream it could free a segment still in use.
+    if (graph_blocks_.erase(p) == 0) return;
     lock.unlock();
     return upstream_resource().deallocate_async(p, bytes, alignment, stream);
   }

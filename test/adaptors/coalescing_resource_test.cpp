@@ -110,16 +110,62 @@ TEST(CoalescingResource, AStreamNeverGetsABlockOfAnotherStreamsSegmentInUse) {
   host_memory_resource upstream;
   fake_ordering ordering;
   coalescing_resource arena(upstream, {}, ordering);
-  void* held = arena.allocate_async(4 * mebibyte, fake_stream(1));
-  void* p = arena.allocate_async(4 * mebibyte, fake_stream(1));
-  arena.deallocate_async(p, 4 * mebibyte, fake_stream(1));
-  // p's segment is wholly free again; held's is not and is never taken over.
-  void* q = arena.allocate_async(6 * mebibyte, fake_stream(2));
-  EXPECT_EQ(arena.statistics().segments, 3u);
+  auto* segment = static_cast<std::byte*>(arena.allocate_async(16 * mebibyte, fake_stream(1)));
+  arena.deallocate_async(segment, 16 * mebibyte, fake_stream(1));
+  void* held = arena.allocate_async(4 * mebibyte, fake_stream(1));  // the segment is in use again
+  auto* other = static_cast<std::byte*>(arena.allocate_async(8 * mebibyte, fake_stream(2)));
+  EXPECT_TRUE(other < segment || other >= segment + 16 * mebibyte) << "stream 2 got memory of stream 1's segment";
   EXPECT_EQ(arena.statistics().segments_adopted, 0u);
   EXPECT_TRUE(ordering.waits.empty());
-  for (auto [pointer, stream] : {std::pair<void*, std::uintptr_t>{held, 1}, {q, 2}})
-    arena.deallocate_async(pointer, pointer == q ? 6 * mebibyte : 4 * mebibyte, fake_stream(stream));
+  arena.deallocate_async(held, 4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(other, 8 * mebibyte, fake_stream(2));
+}
+
+TEST(CoalescingResource, AStreamDoesNotTakeOverASegmentMoreThanTwiceItsRequest) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* huge = arena.allocate_async(64 * mebibyte, fake_stream(1));
+  arena.deallocate_async(huge, 64 * mebibyte, fake_stream(1));
+  // Stream 1 will want its 64 MiB again: a 4 MiB tensor on stream 2 must not split it.
+  void* small = arena.allocate_async(4 * mebibyte, fake_stream(2));
+  EXPECT_EQ(arena.statistics().segments_adopted, 0u);
+  EXPECT_EQ(arena.allocate_async(64 * mebibyte, fake_stream(1)), huge);
+  arena.deallocate_async(huge, 64 * mebibyte, fake_stream(1));
+  arena.deallocate_async(small, 4 * mebibyte, fake_stream(2));
+}
+
+TEST(CoalescingResource, UnderPressureABlockAnotherStreamFreedIsFoundAfterTheSynchronize) {
+  host_memory_resource upstream(12 * mebibyte);
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  auto* whole = static_cast<std::byte*>(arena.allocate_async(10 * mebibyte, fake_stream(1)));
+  arena.deallocate_async(whole, 10 * mebibyte, fake_stream(1));
+  void* kept = arena.allocate_async(2 * mebibyte, fake_stream(1));
+  void* consumed = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(consumed, 8 * mebibyte, fake_stream(2));  // pending on stream 2's event
+  // No room upstream for another 8 MiB: once every device is idle, the consumed block serves.
+  EXPECT_EQ(arena.allocate_async(8 * mebibyte, fake_stream(1)), consumed);
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+  EXPECT_EQ(upstream.used_bytes(), 10 * mebibyte);
+  arena.deallocate_async(consumed, 8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(kept, 2 * mebibyte, fake_stream(1));
+}
+
+TEST(CoalescingResource, ASecondFreeOrAForeignPointerIsIgnored) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream);
+  auto* base = static_cast<std::byte*>(arena.allocate_async(4 * mebibyte, fake_stream(1)));
+  void* neighbour = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(base, 4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(base, 4 * mebibyte, fake_stream(1));  // twice: the segment must stay
+  int foreign = 0;
+  arena.deallocate_async(&foreign, 64, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segments, 2u);
+  EXPECT_EQ(upstream.used_bytes(), 8 * mebibyte);
+  EXPECT_EQ(arena.allocate_async(4 * mebibyte, fake_stream(1)), base);
+  arena.deallocate_async(base, 4 * mebibyte, fake_stream(1));
+  arena.deallocate_async(neighbour, 4 * mebibyte, fake_stream(1));
 }
 
 TEST(CoalescingResource, AStreamTakesOverAnotherStreamsIdleSegmentAfterWaitingForIt) {
@@ -256,7 +302,10 @@ TEST(CoalescingResource, ZeroOverAlignedAndHugeRequestsGoStraightUpstream) {
   arena.deallocate_async(aligned, 1000, 4096, fake_stream(1));
   EXPECT_EQ(upstream.used_bytes(), 0u);
   EXPECT_THROW(static_cast<void>(arena.allocate_async(std::size_t{1} << 62, fake_stream(1))), out_of_memory);
+  void* nothing = arena.allocate_async(0, fake_stream(1));
+  arena.deallocate_async(nothing, 0, fake_stream(1));
   EXPECT_EQ(arena.statistics().segments, 0u);
+  EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
 TEST(CoalescingResource, RefusesBadOptionsByName) {

@@ -76,8 +76,11 @@ struct coalescing_statistics {
 ///   the event has completed (looked at on each allocation). A free on its
 ///   own stream that leaves a segment wholly free records an event there, and
 ///   another stream that finds no free block takes such a segment over (the
-///   smallest that fits, after waiting for the event) before it asks the
-///   upstream for a new one: a stream per request reuses the last one's memory.
+///   smallest that fits and is at most twice the request, after waiting for
+///   the event) before it asks the upstream for a new one: a stream per
+///   request that frees on its own stream reuses the last one's memory. A
+///   segment left wholly free by frees on other streams stays with its stream
+///   until that stream reuses it, `release()`, or the upstream refuses.
 ///   A new segment that would take the resource past the most it has held
 ///   first returns the stream's wholly free segments upstream (none of them
 ///   fits): a growing working set leaves no trail.
@@ -93,6 +96,9 @@ struct coalescing_statistics {
 ///   during a capture is retired, never reused: the graph may touch it at
 ///   every launch.
 /// - Zero-byte requests and alignments past 256 bytes go straight upstream.
+/// - A pointer it did not hand out, or one freed twice, is ignored.
+/// - Streams are told apart by handle: destroy a stream only once its work is
+///   done (a `cudapmr::stream` waits for it) when its handle may come back.
 ///
 /// Thread-safe; one lock per resource, held across upstream calls, so it suits
 /// allocations of tensors, not millions of tiny pairs a second (caching_resource

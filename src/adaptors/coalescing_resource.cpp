@@ -59,6 +59,13 @@ coalescing_resource::coalescing_resource(stream_ordered_resource& upstream, coal
 
 coalescing_resource::~coalescing_resource() {
   try {
+    if (!retired_.empty()) {
+      // The resource goes away: its memory may not be used after it, graphs included.
+      ordering_.synchronize_all_devices();
+      const std::lock_guard lock(mutex_);
+      for (block* retired : retired_) make_free(retired);
+      retired_.clear();
+    }
     release();
   } catch (...) {  // a destructor never throws; the segments stay with the upstream
   }
@@ -255,7 +262,7 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
   out_.erase(found);
   counts_.used_bytes -= freed->size;
   if (captured) {
-    ++counts_.retired_blocks;  // the graph may touch it at any launch
+    retire(freed);  // the graph may touch it at any launch
     return;
   }
   if (const auto own = pools_.find(key_of(stream)); own != pools_.end() && own->second.get() == freed->owner->pool) {
@@ -268,14 +275,22 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
   // work queued before the free has completed.
   const detail::ordering_event event = ordering_.record(stream);
   if (event == nullptr) {
-    ++counts_.retired_blocks;  // no way to order its reuse: kept out rather than risk a race
+    retire(freed);  // no way to order its reuse: kept out rather than risk a race
     return;
   }
   try {
     pending_.push_back({freed, event});
   } catch (...) {
     ordering_.recycle(event);
-    ++counts_.retired_blocks;
+    retire(freed);
+  }
+}
+
+void coalescing_resource::retire(block* freed) noexcept {
+  ++counts_.retired_blocks;
+  try {
+    retired_.push_back(freed);
+  } catch (...) {  // not even kept for the destructor: its segment stays with the upstream
   }
 }
 
@@ -301,7 +316,7 @@ void coalescing_resource::make_free(block* freed) noexcept {
     free_blocks.insert(freed);
   } catch (...) {  // no memory for the set: the block stays out of use
     freed->free = false;
-    ++counts_.retired_blocks;
+    retire(freed);
   }
 }
 

@@ -211,23 +211,30 @@ TEST(CoalescingResource, ABlockFreedOnAnotherStreamWaitsForTheEventRecordedThere
   arena.deallocate_async(produced, 4 * mebibyte, fake_stream(1));
 }
 
-TEST(CoalescingResource, CaptureGoesUpstreamAndAFreeDuringCaptureRetiresTheBlock) {
+TEST(CoalescingResource, ABlockFreedDuringCaptureIsRetiredUntilTheResourceGoes) {
   host_memory_resource upstream;
   fake_ordering ordering;
-  coalescing_resource arena(upstream, {}, ordering);
-  void* before = arena.allocate_async(4 * mebibyte, fake_stream(1));
-  ordering.captured.insert(fake_stream(1));
-  const std::size_t used = upstream.used_bytes();
-  void* in_graph = arena.allocate_async(mebibyte, fake_stream(1));
-  EXPECT_EQ(upstream.used_bytes(), used + mebibyte) << "a graph's allocation came from a segment";
-  arena.deallocate_async(in_graph, mebibyte, fake_stream(1));
-  EXPECT_EQ(upstream.used_bytes(), used);
-  arena.deallocate_async(before, 4 * mebibyte, fake_stream(1));  // the graph may use it at every launch
-  ordering.captured.clear();
-  EXPECT_EQ(arena.statistics().retired_blocks, 1u);
-  void* after = arena.allocate_async(4 * mebibyte, fake_stream(1));
-  EXPECT_NE(after, before) << "a block freed during capture was reused";
-  arena.deallocate_async(after, 4 * mebibyte, fake_stream(1));
+  {
+    coalescing_resource arena(upstream, {}, ordering);
+    void* before = arena.allocate_async(4 * mebibyte, fake_stream(1));
+    ordering.captured.insert(fake_stream(1));
+    const std::size_t used = upstream.used_bytes();
+    void* in_graph = arena.allocate_async(mebibyte, fake_stream(1));
+    EXPECT_EQ(upstream.used_bytes(), used + mebibyte) << "a graph's allocation came from a segment";
+    arena.deallocate_async(in_graph, mebibyte, fake_stream(1));
+    EXPECT_EQ(upstream.used_bytes(), used);
+    arena.deallocate_async(before, 4 * mebibyte, fake_stream(1));  // the graph may use it at every launch
+    ordering.captured.clear();
+    EXPECT_EQ(arena.statistics().retired_blocks, 1u);
+    void* after = arena.allocate_async(4 * mebibyte, fake_stream(1));
+    EXPECT_NE(after, before) << "a block freed during capture was reused";
+    arena.deallocate_async(after, 4 * mebibyte, fake_stream(1));
+    arena.release();
+    EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte) << "release() returned a block a graph may still use";
+  }
+  // Destroyed: after a synchronize, the retired block's segment goes back too.
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  EXPECT_GE(ordering.device_synchronizations, 1);
 }
 
 TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries) {
@@ -293,7 +300,7 @@ TEST(CoalescingResource, DestructionReturnsFreeSegments) {
 }
 
 TEST(CoalescingResource, ZeroOverAlignedAndHugeRequestsGoStraightUpstream) {
-  host_memory_resource upstream;
+  host_memory_resource upstream(64 * mebibyte);  // refuses 2^62 bytes before asking the system
   coalescing_resource arena(upstream);
   void* aligned = arena.allocate_async(1000, 4096, fake_stream(1));
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(aligned) % 4096, 0u);

@@ -93,8 +93,8 @@ struct coalescing_statistics {
 /// - On a stream being captured into a graph (unless `check_capture` is off),
 ///   allocations go straight upstream (a graph node, whose address the graph
 ///   keeps) and return upstream at their free. A block of a segment freed
-///   during a capture is retired, never reused: the graph may touch it at
-///   every launch.
+///   during a capture is retired, never reused while the resource lives: the
+///   graph may touch it at every launch.
 /// - Zero-byte requests and alignments past 256 bytes go straight upstream.
 /// - A pointer it did not hand out, or one freed twice, is ignored.
 /// - Streams are told apart by handle: destroy a stream only once its work is
@@ -111,8 +111,10 @@ class coalescing_resource final : public resource_adaptor {
   /// As above, ordering streams through `ordering` (tests play CUDA with it).
   coalescing_resource(stream_ordered_resource& upstream, coalescing_options options,
                       detail::stream_ordering& ordering);
-  /// Releases the wholly free segments. Never throws; segments with blocks
-  /// still out stay with the upstream.
+  /// Releases the wholly free segments, counting blocks retired by captures
+  /// as free after synchronizing every device (no graph may use the
+  /// resource's memory after it). Never throws; segments with blocks still out
+  /// stay with the upstream.
   ~coalescing_resource() override;
 
   /// Hands every wholly free segment back upstream on the bound stream, after
@@ -195,6 +197,8 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] block* add_segment(stream_pool& pool, std::size_t size, bool small, std::size_t requested,
                                    std::size_t alignment, stream_ref stream);
   [[nodiscard]] std::size_t segment_bytes(std::size_t size, bool small) const noexcept;
+  /// Keeps `freed` out of use until the resource is destroyed.
+  void retire(block* freed) noexcept;
   /// Marks `freed` free and merges it with free neighbours.
   void make_free(block* freed) noexcept;
   /// A wholly free segment of another stream, idle since its event, of at least
@@ -219,6 +223,7 @@ class coalescing_resource final : public resource_adaptor {
   std::unordered_map<const std::byte*, block*> out_;  // blocks handed out, by pointer
   std::unordered_set<const void*> graph_blocks_;  // allocated upstream during a capture
   std::vector<pending_free> pending_;
+  std::vector<block*> retired_;  // out of use until destruction
   std::uint64_t segments_made_ = 0;
   coalescing_statistics counts_;
 };

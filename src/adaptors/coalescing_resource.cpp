@@ -80,7 +80,7 @@ coalescing_resource::stream_key coalescing_resource::key_of(stream_ref stream) c
 
 coalescing_resource::stream_pool& coalescing_resource::pool_of(stream_ref stream) {
   auto& pool = pools_[key_of(stream)];
-  if (!pool) pool = std::make_unique<stream_pool>(stream_pool{stream, {}, {}});
+  if (!pool) pool = std::make_unique<stream_pool>();
   return *pool;
 }
 
@@ -268,7 +268,7 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
   if (const auto own = pools_.find(key_of(stream)); own != pools_.end() && own->second.get() == freed->owner->pool) {
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
-    if (held.first->free && held.first->next == nullptr) held.idle_event = ordering_.record(stream);
+    if (held.wholly_free()) held.idle_event = ordering_.record(stream);
     return;
   }
   // Another stream's free: the block's own stream may reuse it only once the
@@ -297,20 +297,20 @@ void coalescing_resource::retire(block* freed) noexcept {
 void coalescing_resource::make_free(block* freed) noexcept {
   auto& free_blocks = free_set(*freed->owner->pool, freed->owner->small);
   freed->free = true;
-  if (block* next = freed->next; next != nullptr && next->free) {
+  // Absorbs the block after `into` into it, out of the free set first (its size is the set's key).
+  const auto absorb_next = [&](block* into) noexcept {
+    block* next = into->next;
     free_blocks.erase(next);
-    freed->size += next->size;
-    freed->next = next->next;
-    if (next->next != nullptr) next->next->previous = freed;
+    into->size += next->size;
+    into->next = next->next;
+    if (next->next != nullptr) next->next->previous = into;
     delete next;
-  }
-  if (block* previous = freed->previous; previous != nullptr && previous->free) {
-    free_blocks.erase(previous);
-    previous->size += freed->size;
-    previous->next = freed->next;
-    if (freed->next != nullptr) freed->next->previous = previous;
-    delete freed;
-    freed = previous;
+  };
+  if (freed->next != nullptr && freed->next->free) absorb_next(freed);
+  if (freed->previous != nullptr && freed->previous->free) {
+    freed = freed->previous;
+    free_blocks.erase(freed);
+    absorb_next(freed);
   }
   try {
     free_blocks.insert(freed);
@@ -337,8 +337,7 @@ void coalescing_resource::collect_pending(bool all_completed) noexcept {
 void coalescing_resource::release_free_segments(stream_pool* only, stream_ref stream, std::size_t below) noexcept {
   for (auto each = segments_.begin(); each != segments_.end();) {
     segment& held = *each->second;
-    const bool wholly_free = held.first->free && held.first->next == nullptr;
-    if (!wholly_free || held.size >= below || (only != nullptr && held.pool != only)) {
+    if (!held.wholly_free() || held.size >= below || (only != nullptr && held.pool != only)) {
       ++each;
       continue;
     }
@@ -357,8 +356,7 @@ void coalescing_resource::release() {
   const auto own = pools_.find(key_of(bound));
   const stream_pool* bound_pool = own == pools_.end() ? nullptr : own->second.get();
   const bool others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
-                        return each.second->pool != bound_pool && each.second->first->free &&
-                               each.second->first->next == nullptr;
+                        return each.second->pool != bound_pool && each.second->wholly_free();
                       });
   if (others) {
     // Segments freed in other streams' order: freed on the bound stream only

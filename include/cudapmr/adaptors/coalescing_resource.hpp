@@ -149,7 +149,6 @@ class coalescing_resource final : public resource_adaptor {
   };
   using stream_key = std::tuple<cudaStream_t, std::thread::id, int>;
   struct stream_pool {
-    stream_ref stream;
     std::set<block*, by_size> small_free;
     std::set<block*, by_size> large_free;
   };
@@ -159,6 +158,7 @@ class coalescing_resource final : public resource_adaptor {
     ~segment();
     segment(const segment&) = delete;
     segment& operator=(const segment&) = delete;
+    [[nodiscard]] bool wholly_free() const noexcept { return first->free && first->next == nullptr; }
     std::byte* base;
     std::size_t size;
     bool small;

@@ -65,7 +65,6 @@ resource_state describe(const stream_ordered_resource& resource) {
       state.peak_used_bytes = stats.used_high;
       state.reserved_bytes = stats.reserved_current;
       state.peak_reserved_bytes = stats.reserved_high;
-      state.cached_bytes = pool->cached_bytes();
     } else if (const auto* malloced = dynamic_cast<const device_malloc_resource*>(&resource)) {
       state.reserved_bytes = malloced->allocated_bytes();
       state.peak_reserved_bytes = malloced->allocated_bytes_high();

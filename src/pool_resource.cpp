@@ -22,9 +22,6 @@ namespace {
 
 /// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
 constexpr std::size_t pool_alignment = 256;
-/// The largest block the pmr cache of host-accessible kinds keeps, and the most it holds.
-constexpr std::size_t max_cached_block = std::size_t{256} << 20;
-constexpr std::size_t max_cached_bytes = std::size_t{1} << 30;
 
 int current_device_ordinal() { return device::current().ordinal(); }
 
@@ -143,30 +140,12 @@ pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handl
       pool_(std::move(pool)),
       name_(name),
       bound_stream_(stream_device),
-      cache_(cudapmr::is_host_accessible(kind)
-                 ? std::make_unique<detail::block_cache>(detail::cuda_stream_ordering(), max_cached_bytes)
-                 : nullptr),
       over_aligned_(detail::over_aligned_map_of(pool_.get())) {}
 
 pool_resource::~pool_resource() {
-  try {
-    release_cached();
-  } catch (...) {  // a destructor never throws
-  }
   // Stream-ordered frees queued on the bound stream must land before an owned
   // pool is destroyed; errors are ignored, as a destructor must not throw.
   static_cast<void>(detail::recover_from(cudaStreamSynchronize(bound_stream_.get())));
-}
-
-void pool_resource::release_cached() {
-  if (!cache_) return;
-  std::vector<detail::evicted_block> blocks;
-  cache_->drain(own_bound_stream(), blocks);
-  for (const detail::evicted_block& block : blocks) deallocate_async(block.pointer, 0, block.stream);
-}
-
-bool pool_resource::is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept {
-  return cache_ != nullptr && bytes != 0 && alignment <= pool_alignment && bytes <= max_cached_block;
 }
 
 void pool_resource::configure(std::size_t initial_size, std::size_t release_threshold) {
@@ -191,8 +170,7 @@ void pool_resource::reset_peaks() {
 }
 
 void pool_resource::trim_to(std::size_t bytes_to_keep) {
-  release_cached();
-  bound_stream_.synchronize();  // the cached blocks' frees must land before the trim
+  bound_stream_.synchronize();  // the pmr path's frees must land before the trim
   CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
 }
 
@@ -220,33 +198,8 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
   return p;
 }
 
-void* pool_resource::allocate_class(std::size_t size_class, std::size_t alignment, stream_ref stream) {
-  std::vector<detail::evicted_block> evicted;
-  cache_->make_room(stream, size_class, evicted);
-  for (const detail::evicted_block& block : evicted) deallocate_async(block.pointer, 0, block.stream);
-  const std::size_t bytes = detail::size_class_bytes(size_class);
-  void* p = nullptr;
-  try {
-    p = allocate_from_pool(bytes, alignment, stream);
-  } catch (const out_of_memory&) {
-    release_cached();  // the cache may hold what the pool lacks
-    p = allocate_from_pool(bytes, alignment, stream);
-  }
-  cache_->note_taken_upstream(size_class);
-  return p;
-}
-
 void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
-  if (is_cacheable(bytes, alignment)) {
-    // Whole size classes, so that any block may later enter the pmr cache.
-    // A cached block never enters a graph being captured: the graph may replay
-    // after the block has another owner.
-    const std::size_t size_class = detail::size_class_of(bytes);
-    if (!detail::cuda_stream_ordering().is_capturing(stream))
-      if (void* p = cache_->take(stream, size_class)) return p;
-    return allocate_class(size_class, alignment, stream);
-  }
   if (alignment <= pool_alignment) return allocate_from_pool(bytes, alignment, stream);
 
   // Over-allocate and align up; rare, so a locked map is cheap enough.
@@ -264,41 +217,10 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   return aligned;
 }
 
-void pool_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
+void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes: the pool knows*/, std::size_t alignment,
                                         stream_ref stream) noexcept {
-  if (is_cacheable(bytes, alignment)) cache_->note_returned_upstream(detail::size_class_of(bytes));
   void* base = alignment > pool_alignment ? over_aligned_->take(p) : p;
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFreeAsync(base, stream.get()));
-}
-
-void* pool_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
-  if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_allocate(bytes, alignment);
-  detail::validate_alignment(alignment, bytes);
-  if (void* p = cache_->take_ready(detail::size_class_of(bytes))) return p;
-  // In stream order on the bound stream (pmr frees there are fine), then synchronized.
-  return stream_ordered_resource::do_allocate(bytes, alignment);
-}
-
-void pool_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
-  if (p == nullptr) return;
-  if (is_cacheable(bytes, alignment)) {
-    const std::size_t size_class = detail::size_class_of(bytes);
-    // With the bound stream never handed out, nothing queued can touch the block.
-    const auto outcome = bound_stream_shared() ? cache_->give(own_bound_stream(), size_class, p)
-                                               : cache_->give_ready(size_class, p);
-    if (outcome != detail::block_cache::give_outcome::refused) {
-      if (outcome == detail::block_cache::give_outcome::kept_over_live) {
-        std::vector<detail::evicted_block> evicted;
-        try {
-          cache_->trim_to_live(own_bound_stream(), evicted);
-        } catch (...) {  // no memory for the list: what was moved into it still leaves
-        }
-        for (const detail::evicted_block& block : evicted) deallocate_async(block.pointer, 0, block.stream);
-      }
-      return;
-    }
-  }
-  stream_ordered_resource::do_deallocate(p, bytes, alignment);
 }
 
 bool pool_resource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
@@ -334,6 +256,26 @@ device_memory_resource& default_device_resource(int device) {
   auto& resource = (*resources)[device];
   if (resource == nullptr) resource = new device_memory_resource(device);
   return *resource;
+}
+
+namespace {
+/// A cache over a kind's default pool; the defaults below are never destroyed,
+/// like `default_device_resource`'s.
+template <class Kind>
+struct cached_default_pool {
+  Kind pool;
+  caching_resource cache{pool};
+};
+}  // namespace
+
+caching_resource& default_pinned_resource() {
+  static auto* const stack = new cached_default_pool<pinned_memory_resource>();
+  return stack->cache;
+}
+
+caching_resource& default_managed_resource() {
+  static auto* const stack = new cached_default_pool<managed_memory_resource>();
+  return stack->cache;
 }
 
 pinned_memory_resource::pinned_memory_resource()

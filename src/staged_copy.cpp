@@ -96,7 +96,7 @@ class staging_cache final {
     return std::make_unique<staging_set>(pinned_, device);
   }
 
-  /// Frees the idle sets and hands their memory back to CUDA's pool; later
+  /// Frees the idle sets, handing their memory back to CUDA's pool; later
   /// copies make new ones.
   void give_back_idle() noexcept {
     std::vector<std::unique_ptr<staging_set>> idle;
@@ -105,10 +105,6 @@ class staging_cache final {
       idle.swap(idle_);
     }
     idle.clear();
-    try {
-      pinned_.release_cached();
-    } catch (...) {  // at worst the pool keeps the blocks until the process ends
-    }
   }
 
   /// Keeps `set` for later copies (or frees it, should keeping it fail).

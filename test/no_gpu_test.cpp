@@ -41,11 +41,14 @@ TEST_F(NoGpu, DeviceResourceThrowsCudaErrorSayingSo) {
 TEST_F(NoGpu, PinnedResourceThrowsCudaErrorSayingSo) {
   expect_no_device_error([] { pinned_memory_resource resource; });
   expect_no_device_error([] { pinned_memory_resource resource(pinned_pool_options{}); });
+  expect_no_device_error([] { static_cast<void>(default_pinned_resource()); });
+  expect_no_device_error([] { static_cast<void>(default_pinned_resource()); });  // a failed first use is retried
 }
 
 TEST_F(NoGpu, ManagedResourceThrowsCudaErrorSayingSo) {
   expect_no_device_error([] { managed_memory_resource resource; });
   expect_no_device_error([] { managed_memory_resource resource(managed_pool_options{.preferred_device = 0}); });
+  expect_no_device_error([] { static_cast<void>(default_managed_resource()); });
 }
 
 TEST_F(NoGpu, DevicesAndStreamsThrowCudaErrorSayingSo) {

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <memory_resource>
 #include <string>
+#include <vector>
 
 namespace cudapmr::test {
 namespace {
@@ -92,6 +95,41 @@ TEST_F(PoolResource, PmrDeallocateReturnsMemoryToThePool) {
   owner.deallocate(p, mebibyte);
   owner.bound_stream().wait();
   EXPECT_EQ(owner.stats().used_current, before.used_current);
+}
+
+TEST_F(PoolResource, HostAccessibleKindsAreLeavesWithNoCacheOfTheirOwn) {
+  // One cache implementation serves every kind: a pmr free of pinned or
+  // managed memory goes back to the pool, in order on the bound stream.
+  pinned_memory_resource pinned(pinned_pool_options{});
+  managed_memory_resource managed(managed_pool_options{});
+  for (pool_resource* leaf : {static_cast<pool_resource*>(&pinned), static_cast<pool_resource*>(&managed)}) {
+    for (const std::size_t bytes : {std::size_t{256}, mebibyte}) {
+      void* p = leaf->allocate(bytes);
+      EXPECT_GE(leaf->stats().used_current, bytes) << leaf->description();
+      leaf->deallocate(p, bytes);
+      leaf->bound_stream().wait();
+      EXPECT_EQ(leaf->stats().used_current, 0u) << leaf->description() << ": " << bytes << " bytes stayed";
+    }
+  }
+}
+
+TEST_F(PoolResource, DefaultPinnedAndManagedResourcesCacheOverTheDefaultPools) {
+  for (caching_resource* cache : {&default_pinned_resource(), &default_managed_resource()}) {
+    const auto* leaf = dynamic_cast<const pool_resource*>(&cache->upstream_resource());
+    ASSERT_NE(leaf, nullptr) << cache->description();
+    EXPECT_FALSE(leaf->owns_pool()) << leaf->description();
+    EXPECT_TRUE(cache->is_host_accessible() && cache->is_device_accessible()) << cache->description();
+    const std::uint64_t hits_before = cache->statistics().hits;
+    for (int round = 0; round < 3; ++round) {
+      std::pmr::vector<int> values(1000, round, cache);  // the pmr path std containers take
+      EXPECT_EQ(values[999], round);
+    }
+    EXPECT_GE(cache->statistics().hits, hits_before + 2) << cache->description() << ": a warm pmr pair went upstream";
+  }
+  EXPECT_EQ(&default_pinned_resource(), &default_pinned_resource());
+  EXPECT_EQ(&default_managed_resource(), &default_managed_resource());
+  EXPECT_EQ(default_pinned_resource().kind(), memory_kind::pinned);
+  EXPECT_EQ(default_managed_resource().kind(), memory_kind::managed);
 }
 
 TEST_F(PoolResource, MemoryFreedThroughAnEqualResourceReturnsToThePool) {

@@ -120,6 +120,11 @@ std::unique_ptr<allocator_under_test> ours(std::shared_ptr<cudapmr::stream_order
   return std::make_unique<cudapmr_resource>(std::move(resource), pmr_path);
 }
 
+/// A resource the process owns and never destroys, shared without ownership.
+std::shared_ptr<cudapmr::stream_ordered_resource> process_default(cudapmr::stream_ordered_resource& resource) {
+  return {std::shared_ptr<void>(), &resource};
+}
+
 std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stream_ordered_resource> upstream,
                                                    bool pmr_path, cudapmr::caching_options options = {}) {
   auto cache = std::make_shared<cudapmr::caching_resource>(*upstream, options);
@@ -171,13 +176,15 @@ std::vector<entrant> entrants() {
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},
-      {"pinned", "cudapmr:pinned_memory_resource(pmr)", false, [=] { return ours(pinned_pool(), true); }},
+      {"pinned", "cudapmr:pinned_memory_resource(pmr)", true, [=] { return ours(pinned_pool(), true); }},
+      {"pinned", "cudapmr:default_pinned_resource(pmr)", false, [] { return ours(process_default(cudapmr::default_pinned_resource()), true); }},
       {"pinned", "cudapmr:pinned_memory_resource(async)", false, [=] { return ours(pinned_pool(), false); }},
       {"pinned", "cudapmr:caching_resource(pinned)", false, [=] { return ours_caching(pinned_pool(), false); }},
       {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_managed, free_device); }},
       {"managed", "peer:managed pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
-      {"managed", "cudapmr:managed_memory_resource(pmr)", false, [=] { return ours(managed_pool(), true); }},
+      {"managed", "cudapmr:managed_memory_resource(pmr)", true, [=] { return ours(managed_pool(), true); }},
+      {"managed", "cudapmr:default_managed_resource(pmr)", false, [] { return ours(process_default(cudapmr::default_managed_resource()), true); }},
       {"managed", "cudapmr:managed_memory_resource(async)", false, [=] { return ours(managed_pool(), false); }},
       {"managed", "cudapmr:caching_resource(managed)", false, [=] { return ours_caching(managed_pool(), false); }},
       {"host", "peer:std::pmr::unsynchronized_pool_resource", false,

@@ -236,7 +236,6 @@ class environment {
     if (auto* host = dynamic_cast<cudapmr::host_memory_resource*>(&bottom); host && host->used_bytes() != 0)
       failures.add(fmt::format("{}: {} bytes still in use", host->description(), host->used_bytes()));
     if (auto* pool = dynamic_cast<cudapmr::pool_resource*>(&bottom)) {
-      pool->release_cached();
       CUDAPMR_CHECK(cudaStreamSynchronize(pool->bound_stream().get()));
       if (const cudapmr::pool_stats stats = pool->stats(); stats.used_current != 0)
         failures.add(fmt::format("{}: {} bytes still used", pool->description(), stats.used_current));

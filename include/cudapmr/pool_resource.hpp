@@ -4,7 +4,6 @@
 /// The one implementation behind the three CUDA memory kinds: a resource that
 /// draws from a CUDA memory pool with `cudaMallocFromPoolAsync`.
 
-#include "cudapmr/detail/block_cache.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
 
 #include <cuda_runtime_api.h>
@@ -54,17 +53,15 @@ namespace detail {
 class over_aligned_map;
 }  // namespace detail
 
-/// A stream-ordered resource over one CUDA memory pool. Thread-safe.
-/// Two pool resources compare equal when they draw from the same pool.
+/// A stream-ordered resource over one CUDA memory pool: a leaf, with no cache
+/// of its own. Thread-safe. Two pool resources compare equal when they draw
+/// from the same pool.
 ///
-/// Host-accessible kinds (pinned, managed) keep blocks freed through pmr
-/// `deallocate` in a cache (the one behind caching_resource), by size class,
-/// so that the synchronous pmr path that std::pmr containers use costs no
-/// CUDA call once warm. pmr `deallocate` is a free on the bound stream: while
-/// `bound_stream()` has never been handed out, nothing queued can still touch
-/// the block and it is reused at once; after that, only in stream order and
-/// after a synchronize. Cached blocks count as used in `stats()` until
-/// `release_cached()` or `trim_to()`.
+/// Every allocation and free is a CUDA call: pmr `allocate` is
+/// `cudaMallocFromPoolAsync` on the bound stream and its synchronize. For the
+/// synchronous pmr path that std::pmr containers use, stack a
+/// `caching_resource` on top (`default_pinned_resource()` and
+/// `default_managed_resource()` are such stacks).
 class pool_resource : public stream_ordered_resource {
  public:
   /// Waits for the bound stream, then destroys an owned pool (CUDA defers the
@@ -80,13 +77,10 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] pool_stats stats() const;
   /// Resets `reserved_high` and `used_high` to the current values. \throws cuda_error.
   void reset_peaks();
-  /// Releases the pmr cache, then unused pool memory to the system until at
-  /// most `bytes_to_keep` bytes stay reserved. \throws cuda_error.
+  /// Waits for the bound stream (frees queued there must land), then releases
+  /// unused pool memory to the system until at most `bytes_to_keep` bytes stay
+  /// reserved. \throws cuda_error.
   void trim_to(std::size_t bytes_to_keep);
-  /// Bytes held by the pmr cache of host-accessible kinds (0 for device memory).
-  [[nodiscard]] std::size_t cached_bytes() const { return cache_ ? cache_->bytes() : 0; }
-  /// Frees the pmr cache's blocks back to the pool. \throws cuda_error.
-  void release_cached();
   /// Reserved memory above this is released at the next synchronization.
   [[nodiscard]] std::size_t release_threshold() const;
   void set_release_threshold(std::size_t bytes);
@@ -109,20 +103,13 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] stream_ref do_bound_stream() const noexcept final { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) final;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept final;
-  void* do_allocate(std::size_t bytes, std::size_t alignment) final;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) final;
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
-  /// A whole size class for the pmr cache, after the cache gave up what it should.
-  [[nodiscard]] void* allocate_class(std::size_t size_class, std::size_t alignment, stream_ref stream);
-  /// Whether a request may use the pmr cache (host-accessible kinds only).
-  [[nodiscard]] bool is_cacheable(std::size_t bytes, std::size_t alignment) const noexcept;
 
   detail::pool_handle pool_;
   const char* name_;
   stream bound_stream_;
-  std::unique_ptr<detail::block_cache> cache_;
   /// Allocations aligned past what the pool guarantees are over-allocated;
   /// this maps each aligned pointer back to the pointer the pool gave.
   std::shared_ptr<detail::over_aligned_map> over_aligned_;

@@ -103,6 +103,20 @@ def test_default_and_current_resources():
         cudapmr.set_current_device_resource(previous, 0)
 
 
+def test_default_pinned_and_managed_resources_are_caches_over_the_default_pools():
+    for default, leaf in ((cudapmr.default_pinned_resource, cudapmr.PinnedMemoryResource),
+                          (cudapmr.default_managed_resource, cudapmr.ManagedMemoryResource)):
+        cache = default()
+        assert cache is default()
+        assert isinstance(cache, cudapmr.CachingResource)
+        assert isinstance(cache.upstream, leaf) and not cache.upstream.owns_pool
+        before = cache.statistics().hits
+        for _ in range(3):
+            with cache.allocate(4096) as buffer:
+                buffer.fill(7)
+        assert cache.statistics().hits >= before + 2
+
+
 def test_dlpack_devices_of_each_kind(stream):
     cases = [(cudapmr.DeviceMemoryResource(0), (2, 0)), (cudapmr.PinnedMemoryResource(), (3, 0)),
              (cudapmr.ManagedMemoryResource(), (13, 0))]

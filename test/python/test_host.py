@@ -328,6 +328,6 @@ def test_without_a_gpu_cuda_resources_say_so():
     assert cudapmr.device_count() == 0
     for make in (lambda: cudapmr.DeviceMemoryResource(0), cudapmr.PinnedMemoryResource,
                  cudapmr.ManagedMemoryResource, lambda: cudapmr.default_device_resource(0), lambda: cudapmr.Stream(0),
-                 cudapmr.current_device):
+                 cudapmr.current_device, cudapmr.default_pinned_resource, cudapmr.default_managed_resource):
         with pytest.raises(cudapmr.CudaError, match="no CUDA device was found"):
             make()

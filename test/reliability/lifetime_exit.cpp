@@ -6,7 +6,7 @@
 //                                       buffer that outlives its resource
 //   cudapmr_lifetime_exit gpu-pooled    the default resources with memory
 //                                       pooled, a static caching_resource and
-//                                       a pinned pool's pmr cache full, a
+//                                       the default pinned cache full, a
 //                                       buffer that outlives its stream and
 //                                       one that outlives its resource
 //   cudapmr_lifetime_exit gpu-exit      std::exit with resources, buffers and
@@ -78,7 +78,8 @@ int gpu_pooled() {
   leave_memory_pooled(caching, *stream);
   leave_memory_pooled(pinned, *stream);
   leave_memory_pooled(managed, *stream);
-  static std::pmr::vector<double> pinned_values(4096, 1.5, &pinned);  // frees into the pmr cache at exit
+  static std::pmr::vector<double> pinned_values(4096, 1.5, &cudapmr::default_pinned_resource());  // cached at exit
+  static std::pmr::vector<double> managed_values(4096, 2.5, &cudapmr::default_managed_resource());
   outliving_stream = cudapmr::buffer<float>(cudapmr::default_device_resource(0), 4096, *stream);
   outliving_resource = cudapmr::buffer<float>(pinned, 4096, *stream);
   outliving_stream.fill(2.0f, *stream);

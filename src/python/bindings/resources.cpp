@@ -173,8 +173,6 @@ void bind_kinds(nb::module_& module) {
       .def("statistics", &pool_resource::stats, "The pool's counters, a PoolStatistics.")
       .def("reset_peaks", &pool_resource::reset_peaks)
       .def("trim_to", &pool_resource::trim_to, "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("cached_bytes", &pool_resource::cached_bytes)
-      .def("release_cached", &pool_resource::release_cached, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold);
 
   nb::class_<device_pool_options>(module, "DeviceMemoryResourceOptions", "Options of an owned device pool.")
@@ -291,6 +289,10 @@ void bind_adaptors(nb::module_& module) {
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");
+  module.def("default_pinned_resource", &default_pinned_resource, nb::rv_policy::reference,
+             "The process's cached pinned resource: a CachingResource over the default pinned pool.");
+  module.def("default_managed_resource", &default_managed_resource, nb::rv_policy::reference,
+             "The process's cached managed resource: a CachingResource over the default managed pool.");
 
   bind_coalescing_statistics(module);
   nb::class_<coalescing_resource, resource_adaptor>(

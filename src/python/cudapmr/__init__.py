@@ -42,6 +42,8 @@ from ._cudapmr import (
     compute_capability,
     current_device,
     default_device_resource,
+    default_managed_resource,
+    default_pinned_resource,
     device_attribute,
     device_count,
     device_name,

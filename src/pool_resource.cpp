@@ -258,26 +258,6 @@ device_memory_resource& default_device_resource(int device) {
   return *resource;
 }
 
-namespace {
-/// A cache over a kind's default pool; the defaults below are never destroyed,
-/// like `default_device_resource`'s.
-template <class Kind>
-struct cached_default_pool {
-  Kind pool;
-  caching_resource cache{pool};
-};
-}  // namespace
-
-caching_resource& default_pinned_resource() {
-  static auto* const stack = new cached_default_pool<pinned_memory_resource>();
-  return stack->cache;
-}
-
-caching_resource& default_managed_resource() {
-  static auto* const stack = new cached_default_pool<managed_memory_resource>();
-  return stack->cache;
-}
-
 pinned_memory_resource::pinned_memory_resource()
     : pool_resource(memory_kind::pinned, -1,
                     with_device_access(default_pool(host_location(), cudaMemAllocationTypePinned)),

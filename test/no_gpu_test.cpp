@@ -49,6 +49,7 @@ TEST_F(NoGpu, ManagedResourceThrowsCudaErrorSayingSo) {
   expect_no_device_error([] { managed_memory_resource resource; });
   expect_no_device_error([] { managed_memory_resource resource(managed_pool_options{.preferred_device = 0}); });
   expect_no_device_error([] { static_cast<void>(default_managed_resource()); });
+  expect_no_device_error([] { static_cast<void>(default_managed_resource()); });
 }
 
 TEST_F(NoGpu, DevicesAndStreamsThrowCudaErrorSayingSo) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the three pool-backed kinds add to the shared contract: options,
-// statistics, trimming, pool sharing and the per-device default.
+// statistics, trimming, pool sharing, the per-device default, and the cached
+// pinned and managed defaults over the leaves.
 #include "support/resource_cases.hpp"
 
 #include <gtest/gtest.h>

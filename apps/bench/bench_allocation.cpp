@@ -120,9 +120,16 @@ std::unique_ptr<allocator_under_test> ours(std::shared_ptr<cudapmr::stream_order
   return std::make_unique<cudapmr_resource>(std::move(resource), pmr_path);
 }
 
-/// A resource the process owns and never destroys, shared without ownership.
-std::shared_ptr<cudapmr::stream_ordered_resource> process_default(cudapmr::stream_ordered_resource& resource) {
-  return {std::shared_ptr<void>(), &resource};
+/// A cache the process owns and never destroys, shared without ownership;
+/// what it cached goes back to its pool when the entrant is done, so that later
+/// entrants over the same default pool find it as it was.
+std::shared_ptr<cudapmr::stream_ordered_resource> process_default(cudapmr::caching_resource& cache) {
+  return {&cache, [](cudapmr::stream_ordered_resource* done) {
+            try {
+              static_cast<cudapmr::caching_resource*>(done)->release();
+            } catch (...) {  // a deleter never throws: the pool keeps the blocks, the bench goes on
+            }
+          }};
 }
 
 std::unique_ptr<allocator_under_test> ours_caching(std::shared_ptr<cudapmr::stream_ordered_resource> upstream,
@@ -177,14 +184,16 @@ std::vector<entrant> entrants() {
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},
       {"pinned", "cudapmr:pinned_memory_resource(pmr)", true, [=] { return ours(pinned_pool(), true); }},
-      {"pinned", "cudapmr:default_pinned_resource(pmr)", false, [] { return ours(process_default(cudapmr::default_pinned_resource()), true); }},
+      {"pinned", "cudapmr:default_pinned_resource(pmr)", false,
+       [] { return ours(process_default(cudapmr::default_pinned_resource()), true); }},
       {"pinned", "cudapmr:pinned_memory_resource(async)", false, [=] { return ours(pinned_pool(), false); }},
       {"pinned", "cudapmr:caching_resource(pinned)", false, [=] { return ours_caching(pinned_pool(), false); }},
       {"managed", "peer:cudaMallocManaged", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_managed, free_device); }},
       {"managed", "peer:managed pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(nowhere, cudaMemAllocationTypeManaged)); }},
       {"managed", "cudapmr:managed_memory_resource(pmr)", true, [=] { return ours(managed_pool(), true); }},
-      {"managed", "cudapmr:default_managed_resource(pmr)", false, [] { return ours(process_default(cudapmr::default_managed_resource()), true); }},
+      {"managed", "cudapmr:default_managed_resource(pmr)", false,
+       [] { return ours(process_default(cudapmr::default_managed_resource()), true); }},
       {"managed", "cudapmr:managed_memory_resource(async)", false, [=] { return ours(managed_pool(), false); }},
       {"managed", "cudapmr:caching_resource(managed)", false, [=] { return ours_caching(managed_pool(), false); }},
       {"host", "peer:std::pmr::unsynchronized_pool_resource", false,

@@ -3,7 +3,6 @@
 /// \file managed_memory_resource.hpp
 /// Unified (managed) memory, migrated between host and devices on demand.
 
-#include "cudapmr/adaptors/caching_resource.hpp"
 #include "cudapmr/managed_hints.hpp"
 #include "cudapmr/pool_resource.hpp"
 
@@ -23,7 +22,8 @@ struct managed_pool_options {
 
 /// Managed memory: accessible from the host and from every device.
 /// `device_id()` is the preferred device, or -1 where there is none. A leaf:
-/// every allocation is a CUDA call (see `default_managed_resource()`).
+/// every allocation is a CUDA call (`default_managed_resource()`, in
+/// adaptors/caching_resource.hpp, is a cache over the default pool).
 class managed_memory_resource final : public pool_resource {
  public:
   /// Uses the driver's default managed pool (no preferred location).
@@ -45,12 +45,5 @@ class managed_memory_resource final : public pool_resource {
   /// order. \throws as prefetch_to_device.
   void advise(const void* p, std::size_t bytes, managed_advice advice, memory_location location) const;
 };
-
-/// The process's managed resource for std::pmr containers: a
-/// `caching_resource` over a `managed_memory_resource` of the driver's default
-/// managed pool (its `upstream_resource()`, for prefetch and advice). Made on
-/// first use, its bound stream on the then current device, and never
-/// destroyed. \throws cuda_error where no device exists.
-[[nodiscard]] caching_resource& default_managed_resource();
 
 }  // namespace cudapmr

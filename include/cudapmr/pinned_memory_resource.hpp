@@ -3,7 +3,6 @@
 /// \file pinned_memory_resource.hpp
 /// Page-locked host memory, drawn from a host memory pool that every device can reach.
 
-#include "cudapmr/adaptors/caching_resource.hpp"
 #include "cudapmr/pool_resource.hpp"
 
 #include <cstddef>
@@ -20,7 +19,8 @@ struct pinned_pool_options {
 
 /// Pinned host memory: host-accessible and readable and writable by kernels
 /// on every device. `device_id()` is -1. A leaf: every allocation is a CUDA
-/// call (see `default_pinned_resource()` for a cached one).
+/// call (`default_pinned_resource()`, in adaptors/caching_resource.hpp, is a
+/// cache over the default pool).
 class pinned_memory_resource final : public pool_resource {
  public:
   /// Uses the driver's default pinned host pool.
@@ -29,12 +29,5 @@ class pinned_memory_resource final : public pool_resource {
   /// Creates and owns a new pinned host pool.
   explicit pinned_memory_resource(const pinned_pool_options& options);
 };
-
-/// The process's pinned resource for std::pmr containers and other host-side
-/// use: a `caching_resource` over a `pinned_memory_resource` of the driver's
-/// default pinned pool, so that a warm pmr allocate + deallocate makes no CUDA
-/// call. Made on first use, its bound stream on the then current device, and
-/// never destroyed. \throws cuda_error where no device exists.
-[[nodiscard]] caching_resource& default_pinned_resource();
 
 }  // namespace cudapmr

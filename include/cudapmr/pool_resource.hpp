@@ -79,7 +79,8 @@ class pool_resource : public stream_ordered_resource {
   void reset_peaks();
   /// Waits for the bound stream (frees queued there must land), then releases
   /// unused pool memory to the system until at most `bytes_to_keep` bytes stay
-  /// reserved. \throws cuda_error.
+  /// reserved. Blocks a cache above holds are in use here: `release()` it
+  /// first. \throws cuda_error.
   void trim_to(std::size_t bytes_to_keep);
   /// Reserved memory above this is released at the next synchronization.
   [[nodiscard]] std::size_t release_threshold() const;

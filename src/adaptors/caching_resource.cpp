@@ -4,6 +4,8 @@
 #include "cudapmr/device.hpp"
 #include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/error.hpp"
+#include "cudapmr/managed_memory_resource.hpp"
+#include "cudapmr/pinned_memory_resource.hpp"
 #include "cudapmr/pool_resource.hpp"
 
 #include <fmt/format.h>
@@ -38,7 +40,36 @@ caching_options validated(caching_options options, const stream_ordered_resource
   return options;
 }
 
+/// A kind's default pool with a cache over it.
+template <class Kind>
+struct cached_default_pool {
+  Kind pool;
+  caching_resource cache{pool, caching_options{.max_cached_block = std::size_t{256} << 20}};
+};
+
+/// Never destroyed, like `default_device_resource`'s pools, so that a free
+/// during exit still finds it; what it caches goes back to the pool at exit,
+/// before CUDA's teardown (CUDA was initialized before `release` was made),
+/// where leak checkers see it freed.
+template <class Kind>
+caching_resource& cached_default() {
+  static auto* const stack = new cached_default_pool<Kind>();
+  static const struct release_at_exit {
+    ~release_at_exit() {
+      try {
+        stack->cache.release();
+      } catch (...) {  // CUDA already shutting down: the driver takes it back
+      }
+    }
+  } release;
+  return stack->cache;
+}
+
 }  // namespace
+
+caching_resource& default_pinned_resource() { return cached_default<pinned_memory_resource>(); }
+
+caching_resource& default_managed_resource() { return cached_default<managed_memory_resource>(); }
 
 caching_resource::caching_resource(stream_ordered_resource& upstream, caching_options options)
     : caching_resource(upstream, options, detail::stream_ordering_for(upstream.kind())) {}

@@ -164,4 +164,16 @@ class caching_resource final : public resource_adaptor {
   detail::block_cache cache_;
 };
 
+/// The process's pinned resource for std::pmr containers and other host-side
+/// use: a `caching_resource` over a `pinned_memory_resource` of the driver's
+/// default pinned pool (blocks up to 256 MiB cached), so that a warm allocate +
+/// deallocate makes no CUDA call. Made on first use, its bound stream on the
+/// then current device; never destroyed, its cache handed back to the pool at
+/// exit. To return memory to the system: `release()`, then the upstream's
+/// `trim_to`. \throws cuda_error where no device exists.
+[[nodiscard]] caching_resource& default_pinned_resource();
+/// The same over the driver's default managed pool (the upstream, a
+/// `managed_memory_resource`, prefetches and advises).
+[[nodiscard]] caching_resource& default_managed_resource();
+
 }  // namespace cudapmr

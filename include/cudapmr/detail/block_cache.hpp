@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The one cache of freed blocks behind caching_resource and the pools' pmr
-// path: free blocks by size class, kept per stream, moved between streams only
+// The one cache of freed blocks behind caching_resource, for every kind of
+// memory: free blocks by size class, kept per stream, moved between streams only
 // through events recorded at a free, and held within a byte budget.
 
 #include "cudapmr/detail/size_classes.hpp"

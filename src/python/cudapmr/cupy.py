@@ -3,7 +3,7 @@
 ``cupy.cuda.set_pinned_memory_allocator`` drawing from cudapmr resources.
 
     cupy.cuda.set_allocator(cudapmr.cupy.allocator(cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))))
-    cupy.cuda.set_pinned_memory_allocator(cudapmr.cupy.pinned_allocator(cudapmr.PinnedMemoryResource()))
+    cupy.cuda.set_pinned_memory_allocator(cudapmr.cupy.pinned_allocator(cudapmr.default_pinned_resource()))
 
 Each allocation is made in stream order on CuPy's current stream and freed
 on that same stream when CuPy drops its last reference to the memory.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 namespace cudapmr {
@@ -73,14 +74,10 @@ coalescing_resource::~coalescing_resource() {
   for (const auto& [base, held] : segments_) forget_idle_event(*held);
 }
 
-coalescing_resource::stream_key coalescing_resource::key_of(stream_ref stream) const noexcept {
-  const auto key = detail::block_cache::key_of(stream, ordering_);
-  return {key.stream, key.thread, key.device};
-}
-
 coalescing_resource::stream_pool& coalescing_resource::pool_of(stream_ref stream) {
-  auto& pool = pools_[key_of(stream)];
-  if (!pool) pool = std::make_unique<stream_pool>();
+  const stream_key key = key_of(stream);
+  auto& pool = pools_[key];
+  if (!pool) pool = std::make_unique<stream_pool>(key);
   return *pool;
 }
 
@@ -127,11 +124,11 @@ void coalescing_resource::forget_idle_event(segment& held) noexcept {
 
 coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_pool& pool, std::size_t bytes,
                                                                       bool small, stream_ref stream) noexcept {
+  // At most twice the request (past a small request's bound): a stream that
+  // takes over a huge segment for a small tensor would leave its owner short.
+  const std::size_t largest = std::max(2 * bytes, bytes + options_.small_request);
   segment* best = nullptr;
   for (const auto& [base, held] : segments_) {
-    // At most twice the request (past a small request's bound): a stream that
-    // takes over a huge segment for a small tensor would leave its owner short.
-    const std::size_t largest = std::max(2 * bytes, bytes + options_.small_request);
     if (held->pool == &pool || held->small != small || held->idle_event == nullptr || held->size < bytes ||
         held->size > largest)
       continue;
@@ -265,7 +262,7 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     retire(freed);  // the graph may touch it at any launch
     return;
   }
-  if (const auto own = pools_.find(key_of(stream)); own != pools_.end() && own->second.get() == freed->owner->pool) {
+  if (freed->owner->pool->key == key_of(stream)) {
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
     if (held.wholly_free()) held.idle_event = ordering_.record(stream);

@@ -208,6 +208,7 @@ def test_coalescing_resource_serves_smaller_requests_from_a_freed_block(host):
     stats = arena.statistics()
     assert (stats.segments, stats.reserved_bytes, stats.used_bytes) == (1, 16 << 20, 12 << 20)
     assert "reserved_peak=16777216" in repr(stats)
+    assert (stats.segment_allocations, stats.segments_adopted, stats.pending_blocks) == (1, 0, 0)
     arena.deallocate_raw(first, 6 << 20)
     arena.deallocate_raw(second, 6 << 20)
     arena.release()

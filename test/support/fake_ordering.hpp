@@ -40,7 +40,7 @@ class fake_ordering final : public detail::stream_ordering {
   int current_device() noexcept override { return device; }
   void synchronize_all_devices() override {
     ++device_synchronizations;
-    for (const auto& each : events) each->completed = true;
+    complete_all();
   }
   void complete_all() {
     for (const auto& each : events) each->completed = true;

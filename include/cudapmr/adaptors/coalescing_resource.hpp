@@ -16,8 +16,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
-#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -132,7 +130,6 @@ class coalescing_resource final : public resource_adaptor {
 
  private:
   struct segment;
-  struct stream_pool;
   /// A piece of a segment, free or out; blocks of a segment are linked in address order.
   struct block {
     std::byte* pointer;
@@ -147,8 +144,10 @@ class coalescing_resource final : public resource_adaptor {
   struct by_size {
     bool operator()(const block* a, const block* b) const noexcept;
   };
-  using stream_key = std::tuple<cudaStream_t, std::thread::id, int>;
+  using stream_key = detail::block_cache::stream_key;
   struct stream_pool {
+    explicit stream_pool(const stream_key& of) : key(of) {}
+    const stream_key key;
     std::set<block*, by_size> small_free;
     std::set<block*, by_size> large_free;
   };
@@ -188,7 +187,9 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] bool is_captured(stream_ref stream) const noexcept {
     return options_.check_capture && ordering_.is_capturing(stream);
   }
-  [[nodiscard]] stream_key key_of(stream_ref stream) const noexcept;
+  [[nodiscard]] stream_key key_of(stream_ref stream) const noexcept {
+    return detail::block_cache::key_of(stream, ordering_);
+  }
   /// The pool of `stream`, made on first use.
   [[nodiscard]] stream_pool& pool_of(stream_ref stream);
   /// The smallest free block of `pool` that fits `size`, split to it; null if none.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -171,6 +172,10 @@ class block_cache {
     std::thread::id thread;
     int device;
     friend bool operator==(const stream_key&, const stream_key&) = default;
+    /// Any strict order, for ordered containers of streams.
+    friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
+      return std::tie(a.stream, a.thread, a.device) < std::tie(b.stream, b.thread, b.device);
+    }
   };
   [[nodiscard]] static stream_key key_of(stream_ref stream, stream_ordering& ordering) noexcept;
 

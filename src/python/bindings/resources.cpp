@@ -115,6 +115,7 @@ void bind_coalescing_statistics(nb::module_& module) {
       .def_ro("segment_frees", &coalescing_statistics::segment_frees)
       .def_ro("pending_blocks", &coalescing_statistics::pending_blocks)
       .def_ro("retired_blocks", &coalescing_statistics::retired_blocks)
+      .def_ro("segments_adopted", &coalescing_statistics::segments_adopted)
       .def("__repr__", [](const coalescing_statistics& stats) {
         return "CoalescingStatistics(reserved_bytes=" + std::to_string(stats.reserved_bytes) +
                ", reserved_peak=" + std::to_string(stats.reserved_peak) + ", segments=" +

@@ -59,14 +59,19 @@ coalescing_resource::coalescing_resource(stream_ordered_resource& upstream, coal
     : resource_adaptor(upstream), options_(validated(options)), ordering_(ordering) {}
 
 coalescing_resource::~coalescing_resource() {
-  try {
-    if (!retired_.empty()) {
+  if (!retired_.empty()) {
+    try {
       // The resource goes away: its memory may not be used after it, graphs included.
       ordering_.synchronize_all_devices();
-      const std::lock_guard lock(mutex_);
-      for (block* retired : retired_) make_free(retired);
-      retired_.clear();
+      // make_free may retire a block again (no memory for a free set): it goes
+      // to a fresh list, not the one being walked.
+      std::vector<block*> retired;
+      retired.swap(retired_);
+      for (block* each : retired) make_free(each);
+    } catch (...) {  // not idle: the retired blocks' segments stay with the upstream
     }
+  }
+  try {
     release();
   } catch (...) {  // a destructor never throws; the segments stay with the upstream
   }

@@ -680,20 +680,9 @@ TEST(CachingResourceOnGpu, AGraphCapturedOverTheCacheGetsItsOwnMemory) {
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
   EXPECT_NE(static_cast<void*>(in_graph), cached);
-  std::size_t nodes = 0;
-  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
-  std::vector<cudaGraphNode_t> all(nodes);
-  ASSERT_EQ(cudaGraphGetNodes(graph, all.data(), &nodes), cudaSuccess);
-  int allocations = 0;
-  int frees = 0;
-  for (cudaGraphNode_t node : all) {
-    cudaGraphNodeType type{};
-    ASSERT_EQ(cudaGraphNodeGetType(node, &type), cudaSuccess);
-    allocations += type == cudaGraphNodeTypeMemAlloc;
-    frees += type == cudaGraphNodeTypeMemFree;
-  }
-  EXPECT_EQ(allocations, 1);
-  EXPECT_EQ(frees, 1);
+  const graph_memory_nodes memory_nodes = count_memory_nodes(graph);
+  EXPECT_EQ(memory_nodes.allocations, 1);
+  EXPECT_EQ(memory_nodes.frees, 1);
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // coalescing_resource: best fit, split and merge within segments, reuse across
 // sizes, frees on other streams only after their events, capture, release and
-// exhaustion. Host tests over the host resource with made-up stream handles.
+// exhaustion. Host tests over the host resource with made-up stream handles;
+// GPU tests of the real events, waits and graphs; the shared contract.
 #include "support/fake_ordering.hpp"
 #include "support/resource_contract.hpp"
 #include "support/resource_cases.hpp"
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -237,6 +239,25 @@ TEST(CoalescingResource, ABlockFreedDuringCaptureIsRetiredUntilTheResourceGoes) 
   EXPECT_GE(ordering.device_synchronizations, 1);
 }
 
+TEST(CoalescingResource, AFailedSynchronizeAtDestructionStillReturnsTheIdleSegments) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  {
+    coalescing_resource arena(upstream, {}, ordering);
+    void* in_graph = arena.allocate_async(4 * mebibyte, fake_stream(1));
+    ordering.captured.insert(fake_stream(1));
+    arena.deallocate_async(in_graph, 4 * mebibyte, fake_stream(1));  // retired: waits for a synchronize
+    ordering.captured.clear();
+    arena.deallocate(arena.allocate(mebibyte), mebibyte);  // a wholly free segment of the bound stream
+    EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte);
+    ordering.synchronize_fails = true;
+  }
+  // The retired block's segment stays with the upstream; the idle one, which
+  // needs no synchronize, does not.
+  EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte);
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+}
+
 TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries) {
   host_memory_resource upstream(8 * mebibyte);
   fake_ordering ordering;
@@ -329,6 +350,101 @@ TEST(CoalescingResource, RefusesBadOptionsByName) {
   EXPECT_NE(refusal({.small_request = 4 * mebibyte}).find("small_segment of 2097152 bytes"), std::string::npos);
   EXPECT_NE(refusal({.segment_granularity = 3 * mebibyte}).find("segment_granularity of 3145728 bytes"),
             std::string::npos);
+}
+
+// ---- on the GPU: real events, waits and graphs ------------------------------------
+
+TEST(CoalescingResourceOnGpu, ABlockFreedOnAnotherStreamReturnsOnlyAfterTheWorkBeforeTheFree) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  coalescing_resource arena(device_memory);
+  const cudapmr::stream producer(0);
+  const cudapmr::stream consumer(0);
+  cudaEvent_t produced = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), cudaSuccess);
+  constexpr std::size_t count = 16 << 20;  // 64 MiB: the kernels take a while
+  auto* words = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
+  write_sequence(words, count, 1, producer);
+  ASSERT_EQ(cudaEventRecord(produced, producer.get()), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(consumer.get(), produced, 0), cudaSuccess);
+  add_to_each(words, count, 1, consumer);  // still queued or running at the free
+  arena.deallocate_async(words, count * 4, consumer);
+  EXPECT_EQ(arena.statistics().pending_blocks, 1u);
+  auto* next = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
+  if (next == words) {
+    EXPECT_EQ(cudaStreamQuery(consumer.get()), cudaSuccess) << "the block came back before the consumer's kernel";
+  }
+  // Were the consumer's kernel still running, its late writes would show as mismatches.
+  write_sequence(next, count, 500, producer);
+  EXPECT_EQ(count_sequence_mismatches(next, count, 500, producer), 0u);
+  arena.deallocate_async(next, count * 4, producer);
+  consumer.synchronize();
+  void* again = arena.allocate_async(count * 4, producer);  // collects the block: its event has completed
+  EXPECT_EQ(arena.statistics().pending_blocks, 0u);
+  arena.deallocate_async(again, count * 4, producer);
+  producer.synchronize();
+  ASSERT_EQ(cudaEventDestroy(produced), cudaSuccess);
+}
+
+TEST(CoalescingResourceOnGpu, AStreamTakesOverAnIdleSegmentOrderedAfterItsOwnersWork) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  coalescing_resource arena(device_memory);
+  const cudapmr::stream first(0);
+  const cudapmr::stream second(0);
+  constexpr std::size_t count = 16 << 20;
+  auto* words = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, first));
+  write_sequence(words, count, 1, first);
+  add_to_each(words, count, 1, first);
+  arena.deallocate_async(words, count * 4, first);  // its segment wholly free, an event recorded on `first`
+  auto* taken = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, second));
+  EXPECT_EQ(taken, words) << "a new segment instead of the idle one";
+  const coalescing_statistics stats = arena.statistics();
+  EXPECT_EQ(stats.segments_adopted, 1u);
+  EXPECT_EQ(stats.segment_allocations, 1u);
+  // `second` waits for the event: the kernels on `first` cannot write after this.
+  write_sequence(taken, count, 500, second);
+  EXPECT_EQ(count_sequence_mismatches(taken, count, 500, second), 0u);
+  arena.deallocate_async(taken, count * 4, second);
+  second.synchronize();
+}
+
+TEST(CoalescingResourceOnGpu, AGraphGetsItsOwnMemoryAndWhatItFreedStaysOutOfUse) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  const cudapmr::stream stream(0);
+  constexpr std::size_t count = mebibyte / 4;
+  {
+    coalescing_resource arena(device_memory);
+    auto* before = static_cast<std::uint32_t*>(arena.allocate_async(mebibyte, stream));
+    write_sequence(before, count, 3, stream);
+    stream.synchronize();
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+    auto* in_graph = static_cast<std::uint32_t*>(arena.allocate_async(mebibyte, stream));
+    write_sequence(in_graph, count, 7, stream);
+    add_to_each(before, count, 1, stream);  // at every launch of the graph
+    arena.deallocate_async(in_graph, mebibyte, stream);
+    arena.deallocate_async(before, mebibyte, stream);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+    const graph_memory_nodes memory_nodes = count_memory_nodes(graph);
+    EXPECT_EQ(memory_nodes.allocations, 1) << "the graph's block came from a segment";
+    EXPECT_EQ(memory_nodes.frees, 1);
+    EXPECT_EQ(arena.statistics().retired_blocks, 1u);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int launch = 0; launch < 2; ++launch) ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    void* after = arena.allocate_async(mebibyte, stream);
+    EXPECT_NE(after, static_cast<void*>(before)) << "a block freed during capture was reused";
+    // Only the graph touched the retired block: once per launch.
+    EXPECT_EQ(count_sequence_mismatches(before, count, 5, stream), 0u);
+    arena.deallocate_async(after, mebibyte, stream);
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
+  // Destroyed: after a synchronize, the retired block's segment went back too.
+  device_memory.bound_stream().wait();
+  EXPECT_EQ(device_memory.stats().used_current, 0u);
 }
 
 struct coalescing_maker {

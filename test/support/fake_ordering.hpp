@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A stand-in for CUDA's part in the caches' stream ordering, for host tests:
-// events the test completes by hand, recorded waits, captured streams.
+// events the test completes by hand, recorded waits, captured streams, a
+// synchronize that fails.
 
 #include <cudapmr/detail/stream_ordering.hpp>
+#include <cudapmr/error.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +42,7 @@ class fake_ordering final : public detail::stream_ordering {
   int current_device() noexcept override { return device; }
   void synchronize_all_devices() override {
     ++device_synchronizations;
+    if (synchronize_fails) throw cuda_error(cudaErrorLaunchFailure, "cudaDeviceSynchronize (fake_ordering)");
     complete_all();
   }
   void complete_all() {
@@ -52,6 +55,7 @@ class fake_ordering final : public detail::stream_ordering {
   std::size_t recycled = 0;
   int device = 0;
   int device_synchronizations = 0;
+  bool synchronize_fails = false;  // as after a kernel's fault
 };
 
 }  // namespace cudapmr::test

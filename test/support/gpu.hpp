@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 namespace cudapmr::test {
 
@@ -44,6 +45,32 @@ std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t cou
 /// for when no memory can be allocated (a full GPU).
 std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
                                       stream_ref stream, unsigned long long* counter);
+
+/// The memory nodes of a graph: where it allocates and frees.
+struct graph_memory_nodes {
+  int allocations = 0;
+  int frees = 0;
+};
+
+/// Counts `graph`'s memory nodes; a CUDA failure fails the test and counts -1 of each.
+inline graph_memory_nodes count_memory_nodes(cudaGraph_t graph) {
+  const auto failed = [](const char* call) {
+    ADD_FAILURE() << call << " failed";
+    return graph_memory_nodes{-1, -1};
+  };
+  std::size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return failed("cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count != 0 && cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) return failed("cudaGraphGetNodes");
+  graph_memory_nodes found;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) return failed("cudaGraphNodeGetType");
+    found.allocations += type == cudaGraphNodeTypeMemAlloc;
+    found.frees += type == cudaGraphNodeTypeMemFree;
+  }
+  return found;
+}
 
 }  // namespace cudapmr::test
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -174,7 +175,9 @@ class block_cache {
     friend bool operator==(const stream_key&, const stream_key&) = default;
     /// Any strict order, for ordered containers of streams.
     friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
-      return std::tie(a.stream, a.thread, a.device) < std::tie(b.stream, b.thread, b.device);
+      // std::less: handles of unrelated streams are pointers `<` leaves unordered.
+      if (a.stream != b.stream) return std::less<>{}(a.stream, b.stream);
+      return std::tie(a.thread, a.device) < std::tie(b.thread, b.device);
     }
   };
   [[nodiscard]] static stream_key key_of(stream_ref stream, stream_ordering& ordering) noexcept;

@@ -362,24 +362,26 @@ TEST(CoalescingResourceOnGpu, ABlockFreedOnAnotherStreamReturnsOnlyAfterTheWorkB
   const cudapmr::stream consumer(0);
   cudaEvent_t produced = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), cudaSuccess);
-  constexpr std::size_t count = 16 << 20;  // 64 MiB: the kernels take a while
+  constexpr std::size_t count = 16 << 20;  // 64 MiB
   auto* words = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
   write_sequence(words, count, 1, producer);
   ASSERT_EQ(cudaEventRecord(produced, producer.get()), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(consumer.get(), produced, 0), cudaSuccess);
-  add_to_each(words, count, 1, consumer);  // still queued or running at the free
+  stream_gate gate(consumer);
+  add_to_each(words, count, 1, consumer);  // held back until the gate opens
   arena.deallocate_async(words, count * 4, consumer);
   EXPECT_EQ(arena.statistics().pending_blocks, 1u);
   auto* next = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
-  if (next == words) {
-    EXPECT_EQ(cudaStreamQuery(consumer.get()), cudaSuccess) << "the block came back before the consumer's kernel";
-  }
-  // Were the consumer's kernel still running, its late writes would show as mismatches.
+  EXPECT_NE(next, words) << "the block came back before the consumer's kernel ran";
   write_sequence(next, count, 500, producer);
+  gate.open();
+  consumer.synchronize();
+  // Had the block come back, the consumer's late kernel would show as mismatches.
   EXPECT_EQ(count_sequence_mismatches(next, count, 500, producer), 0u);
   arena.deallocate_async(next, count * 4, producer);
-  consumer.synchronize();
-  void* again = arena.allocate_async(count * 4, producer);  // collects the block: its event has completed
+  // Its event completed: the next allocation collects the block, the older segment's.
+  void* again = arena.allocate_async(count * 4, producer);
+  EXPECT_EQ(again, static_cast<void*>(words));
   EXPECT_EQ(arena.statistics().pending_blocks, 0u);
   arena.deallocate_async(again, count * 4, producer);
   producer.synchronize();
@@ -394,7 +396,8 @@ TEST(CoalescingResourceOnGpu, AStreamTakesOverAnIdleSegmentOrderedAfterItsOwners
   const cudapmr::stream second(0);
   constexpr std::size_t count = 16 << 20;
   auto* words = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, first));
-  write_sequence(words, count, 1, first);
+  stream_gate gate(first);
+  write_sequence(words, count, 1, first);  // held back until the gate opens
   add_to_each(words, count, 1, first);
   arena.deallocate_async(words, count * 4, first);  // its segment wholly free, an event recorded on `first`
   auto* taken = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, second));
@@ -402,8 +405,10 @@ TEST(CoalescingResourceOnGpu, AStreamTakesOverAnIdleSegmentOrderedAfterItsOwners
   const coalescing_statistics stats = arena.statistics();
   EXPECT_EQ(stats.segments_adopted, 1u);
   EXPECT_EQ(stats.segment_allocations, 1u);
-  // `second` waits for the event: the kernels on `first` cannot write after this.
   write_sequence(taken, count, 500, second);
+  gate.open();
+  first.synchronize();
+  // Had `second` not waited for the event, the kernels on `first` would have written after it.
   EXPECT_EQ(count_sequence_mismatches(taken, count, 500, second), 0u);
   arena.deallocate_async(taken, count * 4, second);
   second.synchronize();

@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace cudapmr::test {
@@ -71,6 +73,35 @@ inline graph_memory_nodes count_memory_nodes(cudaGraph_t graph) {
   }
   return found;
 }
+
+/// Holds a stream's later work back until `open()`: a host function queued on
+/// the stream waits for the gate, so a test knows that work queued after it
+/// has not run (an event recorded after it has not completed) until it says so.
+/// Destruction opens the gate and waits until the stream has passed it.
+class stream_gate {
+ public:
+  explicit stream_gate(stream_ref stream) {
+    launched_ = cudaLaunchHostFunc(stream.get(), &wait_until_open, this) == cudaSuccess;
+    if (!launched_) ADD_FAILURE() << "cudaLaunchHostFunc failed: the stream is not held back";
+  }
+  ~stream_gate() {
+    open();
+    while (launched_ && !passed_.load(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  stream_gate(const stream_gate&) = delete;
+  stream_gate& operator=(const stream_gate&) = delete;
+  void open() noexcept { opened_.store(true, std::memory_order_release); }
+
+ private:
+  static void CUDART_CB wait_until_open(void* self) {
+    auto* gate = static_cast<stream_gate*>(self);
+    while (!gate->opened_.load(std::memory_order_acquire)) std::this_thread::yield();
+    gate->passed_.store(true, std::memory_order_release);
+  }
+  bool launched_ = false;
+  std::atomic<bool> opened_{false};
+  std::atomic<bool> passed_{false};
+};
 
 }  // namespace cudapmr::test
 

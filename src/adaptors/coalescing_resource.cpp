@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <stdexcept>
 #include <tuple>
@@ -267,7 +268,8 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     retire(freed);  // the graph may touch it at any launch
     return;
   }
-  if (freed->owner->pool->key == key_of(stream)) {
+  const stream_key freeing = key_of(stream);
+  if (freed->owner->pool->key == freeing) {
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
     if (held.wholly_free()) held.idle_event = ordering_.record(stream);
@@ -281,7 +283,7 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     return;
   }
   try {
-    pending_.push_back({freed, event});
+    pending_.push_back({freed, event, freeing});
   } catch (...) {
     ordering_.recycle(event);
     retire(freed);
@@ -323,17 +325,24 @@ void coalescing_resource::make_free(block* freed) noexcept {
 }
 
 void coalescing_resource::collect_pending(bool all_completed) noexcept {
-  for (std::size_t index = 0; index < pending_.size();) {
-    const pending_free pending = pending_[index];
-    if (!all_completed && !ordering_.has_completed(pending.event)) {
-      ++index;
+  // Streams seen with an incomplete event; past a handful, the others are asked each time.
+  std::array<stream_key, 8> stalled{};
+  std::size_t stalled_count = 0;
+  const auto is_stalled = [&](const stream_key& stream) noexcept {
+    return std::find(stalled.begin(), stalled.begin() + static_cast<std::ptrdiff_t>(stalled_count), stream) !=
+           stalled.begin() + static_cast<std::ptrdiff_t>(stalled_count);
+  };
+  std::size_t kept = 0;
+  for (const pending_free& pending : pending_) {
+    if (!all_completed && (is_stalled(pending.stream) || !ordering_.has_completed(pending.event))) {
+      if (stalled_count < stalled.size() && !is_stalled(pending.stream)) stalled[stalled_count++] = pending.stream;
+      pending_[kept++] = pending;  // the order of the frees kept
       continue;
     }
     ordering_.recycle(pending.event);
     make_free(pending.freed);
-    pending_[index] = pending_.back();
-    pending_.pop_back();
   }
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(kept), pending_.end());
 }
 
 void coalescing_resource::release_free_segments(stream_pool* only, stream_ref stream, std::size_t below) noexcept {

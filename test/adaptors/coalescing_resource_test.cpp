@@ -213,6 +213,30 @@ TEST(CoalescingResource, ABlockFreedOnAnotherStreamWaitsForTheEventRecordedThere
   arena.deallocate_async(produced, 4 * mebibyte, fake_stream(1));
 }
 
+TEST(CoalescingResource, PendingFreesOfOneStreamAreLookedAtOnlyUpToTheFirstIncompleteEvent) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  std::vector<void*> consumed;
+  for (int i = 0; i < 50; ++i) consumed.push_back(arena.allocate_async(mebibyte, fake_stream(1)));
+  for (void* p : consumed) arena.deallocate_async(p, mebibyte, fake_stream(2));  // 50 events, in order on stream 2
+  void* other = arena.allocate_async(mebibyte, fake_stream(3));
+  arena.deallocate_async(other, mebibyte, fake_stream(4));
+  ASSERT_EQ(arena.statistics().pending_blocks, 51u);
+  // Events of one stream complete in order: past its first incomplete one, none is asked about.
+  ordering.queries = 0;
+  arena.deallocate_async(arena.allocate_async(mebibyte, fake_stream(1)), mebibyte, fake_stream(1));
+  EXPECT_EQ(ordering.queries, 2u) << "one query for each stream with pending frees";
+  // Once complete, every block comes back, the order of the rest kept.
+  ordering.events[0]->completed = true;
+  ordering.events[1]->completed = true;
+  arena.deallocate_async(arena.allocate_async(mebibyte, fake_stream(1)), mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.statistics().pending_blocks, 49u);
+  ordering.complete_all();
+  arena.deallocate_async(arena.allocate_async(mebibyte, fake_stream(1)), mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.statistics().pending_blocks, 0u);
+}
+
 TEST(CoalescingResource, ABlockFreedDuringCaptureIsRetiredUntilTheResourceGoes) {
   host_memory_resource upstream;
   fake_ordering ordering;
@@ -242,11 +266,12 @@ TEST(CoalescingResource, ABlockFreedDuringCaptureIsRetiredUntilTheResourceGoes) 
 TEST(CoalescingResource, AFailedSynchronizeAtDestructionStillReturnsTheIdleSegments) {
   host_memory_resource upstream;
   fake_ordering ordering;
+  void* retired = nullptr;
   {
     coalescing_resource arena(upstream, {}, ordering);
-    void* in_graph = arena.allocate_async(4 * mebibyte, fake_stream(1));
+    retired = arena.allocate_async(4 * mebibyte, fake_stream(1));
     ordering.captured.insert(fake_stream(1));
-    arena.deallocate_async(in_graph, 4 * mebibyte, fake_stream(1));  // retired: waits for a synchronize
+    arena.deallocate_async(retired, 4 * mebibyte, fake_stream(1));  // retired: waits for a synchronize
     ordering.captured.clear();
     arena.deallocate(arena.allocate(mebibyte), mebibyte);  // a wholly free segment of the bound stream
     EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte);
@@ -256,6 +281,8 @@ TEST(CoalescingResource, AFailedSynchronizeAtDestructionStillReturnsTheIdleSegme
   // needs no synchronize, does not.
   EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte);
   EXPECT_EQ(ordering.device_synchronizations, 1);
+  upstream.deallocate_async(retired, 4 * mebibyte, 256, fake_stream(1));  // the segment, its block at its base
+  EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
 TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries) {

@@ -32,7 +32,10 @@ class fake_ordering final : public detail::stream_ordering {
     events.push_back(std::make_unique<event>(event{stream.get()}));
     return events.back().get();
   }
-  bool has_completed(detail::ordering_event e) noexcept override { return static_cast<event*>(e)->completed; }
+  bool has_completed(detail::ordering_event e) noexcept override {
+    ++queries;
+    return static_cast<event*>(e)->completed;
+  }
   bool make_wait(stream_ref stream, detail::ordering_event e) noexcept override {
     waits.emplace_back(stream.get(), static_cast<event*>(e)->stream);
     return true;
@@ -53,6 +56,7 @@ class fake_ordering final : public detail::stream_ordering {
   std::vector<std::pair<cudaStream_t, cudaStream_t>> waits;  // (waiting stream, stream of the event)
   std::set<cudaStream_t> captured;
   std::size_t recycled = 0;
+  std::size_t queries = 0;  // of has_completed
   int device = 0;
   int device_synchronizations = 0;
   bool synchronize_fails = false;  // as after a kernel's fault

@@ -171,6 +171,7 @@ class coalescing_resource final : public resource_adaptor {
   struct pending_free {
     block* freed;
     detail::ordering_event event;
+    stream_key stream;  // where the event was recorded
   };
 
   static constexpr std::size_t block_rounding = 512;
@@ -207,6 +208,7 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] segment* adopt_idle_segment(stream_pool& pool, std::size_t bytes, bool small, stream_ref stream) noexcept;
   void forget_idle_event(segment& held) noexcept;
   /// Frees the blocks whose events have completed (all of them after a synchronize).
+  /// Events of one stream complete in order: past the first that has not, none of that stream's is asked about.
   void collect_pending(bool all_completed) noexcept;
   /// Gives back upstream, on `stream`, the wholly free segments of `only` (of
   /// every pool if null) smaller than `below`.
@@ -223,7 +225,7 @@ class coalescing_resource final : public resource_adaptor {
   std::unordered_map<const std::byte*, std::unique_ptr<segment>> segments_;  // by base
   std::unordered_map<const std::byte*, block*> out_;  // blocks handed out, by pointer
   std::unordered_set<const void*> graph_blocks_;  // allocated upstream during a capture
-  std::vector<pending_free> pending_;
+  std::vector<pending_free> pending_;  // in the order of the frees
   std::vector<block*> retired_;  // out of use until destruction
   std::uint64_t segments_made_ = 0;
   coalescing_statistics counts_;

@@ -6,19 +6,17 @@
 #include "cudapmr/error.hpp"
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 namespace cudapmr::detail {
 namespace {
 
-using device_get_function = CUresult (*)(CUdevice*, int);
-using primary_context_state_function = CUresult (*)(CUdevice, unsigned int*, int*);
-
-/// Whether the process has a context on `ordinal` that work could be queued
+/// Whether the runtime has a context on `ordinal` that work could be queued
 /// in: its primary context is active (unknown counts as active). Selecting a
-/// device whose context is not would create one, and nothing waits there.
+/// device whose context is not would create one, with nothing to wait for.
 bool has_active_context(int ordinal) noexcept {
-  static const auto get_device = driver_function<device_get_function>("cuDeviceGet");
-  static const auto get_state = driver_function<primary_context_state_function>("cuDevicePrimaryCtxGetState");
+  static const auto get_device = driver_function<PFN_cuDeviceGet_v2000>("cuDeviceGet");
+  static const auto get_state = driver_function<PFN_cuDevicePrimaryCtxGetState_v7000>("cuDevicePrimaryCtxGetState");
   if (get_device == nullptr || get_state == nullptr) return true;
   CUdevice device{};
   unsigned int flags = 0;
@@ -33,8 +31,11 @@ void synchronize_devices(memory_kind kind, int device_id) {
   if (kind == memory_kind::pageable) return;
   const int first = device_id < 0 ? 0 : device_id;
   const int last = device_id < 0 ? device::count() - 1 : device_id;
+  int current = 0;
+  CUDAPMR_CHECK(cudaGetDevice(&current));
   for (int ordinal = first; ordinal <= last; ++ordinal) {
-    if (device_id < 0 && !has_active_context(ordinal)) continue;
+    // The current device always: its context may be one made through the driver, not the primary one.
+    if (device_id < 0 && ordinal != current && !has_active_context(ordinal)) continue;
     const scoped_device guard(ordinal);
     CUDAPMR_CHECK(cudaDeviceSynchronize());
   }

@@ -334,9 +334,10 @@ void coalescing_resource::collect_pending(bool all_completed) noexcept {
   };
   std::size_t kept = 0;
   for (const pending_free& pending : pending_) {
-    if (!all_completed && (is_stalled(pending.stream) || !ordering_.has_completed(pending.event))) {
-      if (stalled_count < stalled.size() && !is_stalled(pending.stream)) stalled[stalled_count++] = pending.stream;
-      pending_[kept++] = pending;  // the order of the frees kept
+    const bool behind = !all_completed && is_stalled(pending.stream);
+    if (behind || (!all_completed && !ordering_.has_completed(pending.event))) {
+      if (!behind && stalled_count < stalled.size()) stalled[stalled_count++] = pending.stream;
+      pending_[kept++] = pending;  // later frees of a stalled stream stay behind its first
       continue;
     }
     ordering_.recycle(pending.event);
@@ -365,14 +366,20 @@ void coalescing_resource::release() {
   const std::lock_guard lock(mutex_);
   const stream_ref bound = own_bound_stream();
   const auto own = pools_.find(key_of(bound));
-  const stream_pool* bound_pool = own == pools_.end() ? nullptr : own->second.get();
+  stream_pool* bound_pool = own == pools_.end() ? nullptr : own->second.get();
   const bool others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
                         return each.second->pool != bound_pool && each.second->wholly_free();
                       });
   if (others) {
     // Segments freed in other streams' order: freed on the bound stream only
     // once every device is idle (those streams may be gone).
-    ordering_.synchronize_all_devices();
+    try {
+      ordering_.synchronize_all_devices();
+    } catch (...) {
+      // The bound stream orders its own segments' frees: they need no wait.
+      if (bound_pool != nullptr) release_free_segments(bound_pool, bound);
+      throw;
+    }
     collect_pending(true);
   }
   release_free_segments(nullptr, bound);

@@ -336,6 +336,24 @@ TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOthe
   EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
+TEST(CoalescingResource, AFailedSynchronizeInReleaseStillReturnsTheBoundStreamsIdleSegments) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  {
+    coalescing_resource arena(upstream, {}, ordering);
+    arena.deallocate(arena.allocate(mebibyte), mebibyte);  // a wholly free segment of the bound stream
+    void* consumed = arena.allocate_async(4 * mebibyte, fake_stream(1));
+    arena.deallocate_async(consumed, 4 * mebibyte, fake_stream(2));  // pending: release() must synchronize
+    EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte);
+    ordering.synchronize_fails = true;
+    EXPECT_THROW(arena.release(), cuda_error);
+    EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte) << "the bound stream's idle segment needs no synchronize";
+    EXPECT_EQ(arena.statistics().pending_blocks, 1u);
+    ordering.synchronize_fails = false;
+  }
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
 TEST(CoalescingResource, DestructionReturnsFreeSegments) {
   host_memory_resource upstream;
   {

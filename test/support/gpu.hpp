@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -39,6 +41,10 @@ void write_sequence(std::uint32_t* data, std::size_t count, std::uint32_t seed, 
 
 /// Adds `increment` to each of `count` words, in stream order.
 void add_to_each(std::uint32_t* data, std::size_t count, std::uint32_t increment, stream_ref stream);
+
+/// Loads the kernels above now: under lazy loading (CUDA's default) a first
+/// launch may wait for the device, which a stream_gate may be holding.
+void load_test_kernels();
 
 /// Counts, on the GPU, the words that differ from `seed + i`; synchronizes `stream`.
 std::size_t count_sequence_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
@@ -77,30 +83,43 @@ inline graph_memory_nodes count_memory_nodes(cudaGraph_t graph) {
 /// Holds a stream's later work back until `open()`: a host function queued on
 /// the stream waits for the gate, so a test knows that work queued after it
 /// has not run (an event recorded after it has not completed) until it says so.
-/// Destruction opens the gate and waits until the stream has passed it.
+/// Between making and opening a gate, make no call that waits for the device.
 class stream_gate {
  public:
   explicit stream_gate(stream_ref stream) {
-    launched_ = cudaLaunchHostFunc(stream.get(), &wait_until_open, this) == cudaSuccess;
-    if (!launched_) ADD_FAILURE() << "cudaLaunchHostFunc failed: the stream is not held back";
+    load_test_kernels();
+    auto* held = new std::shared_ptr<state>(state_);  // the host function's own reference
+    if (cudaLaunchHostFunc(stream.get(), &hold_until_open, held) != cudaSuccess) {
+      delete held;
+      ADD_FAILURE() << "cudaLaunchHostFunc failed: the stream is not held back";
+    }
   }
   ~stream_gate() {
     open();
-    while (launched_ && !passed_.load(std::memory_order_acquire)) std::this_thread::yield();
+    if (state_->gave_up.load(std::memory_order_acquire)) ADD_FAILURE() << "a stream_gate was not opened within a minute";
   }
   stream_gate(const stream_gate&) = delete;
   stream_gate& operator=(const stream_gate&) = delete;
-  void open() noexcept { opened_.store(true, std::memory_order_release); }
+  void open() noexcept { state_->opened.store(true, std::memory_order_release); }
 
  private:
-  static void CUDART_CB wait_until_open(void* self) {
-    auto* gate = static_cast<stream_gate*>(self);
-    while (!gate->opened_.load(std::memory_order_acquire)) std::this_thread::yield();
-    gate->passed_.store(true, std::memory_order_release);
+  struct state {
+    std::atomic<bool> opened{false};
+    std::atomic<bool> gave_up{false};
+  };
+  static void CUDART_CB hold_until_open(void* held) {
+    const std::unique_ptr<std::shared_ptr<state>> owned(static_cast<std::shared_ptr<state>*>(held));
+    // A test that never opens the gate fails instead of hanging.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (!(*owned)->opened.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        (*owned)->gave_up.store(true, std::memory_order_release);
+        return;
+      }
+      std::this_thread::yield();
+    }
   }
-  bool launched_ = false;
-  std::atomic<bool> opened_{false};
-  std::atomic<bool> passed_{false};
+  std::shared_ptr<state> state_ = std::make_shared<state>();
 };
 
 }  // namespace cudapmr::test

@@ -34,6 +34,13 @@ __global__ void count_mismatches_kernel(const std::uint32_t* data, std::size_t c
 
 }  // namespace
 
+void load_test_kernels() {
+  cudaFuncAttributes attributes{};
+  CUDAPMR_CHECK(cudaFuncGetAttributes(&attributes, write_sequence_kernel));
+  CUDAPMR_CHECK(cudaFuncGetAttributes(&attributes, add_kernel));
+  CUDAPMR_CHECK(cudaFuncGetAttributes(&attributes, count_mismatches_kernel));
+}
+
 void write_sequence(std::uint32_t* data, std::size_t count, std::uint32_t seed, stream_ref stream) {
   write_sequence_kernel<<<grid_for(count), block, 0, stream.get()>>>(data, count, seed);
   CUDAPMR_CHECK(cudaGetLastError());

@@ -117,7 +117,8 @@ class coalescing_resource final : public resource_adaptor {
 
   /// Hands every wholly free segment back upstream on the bound stream, after
   /// synchronizing every device where segments or pending blocks of other
-  /// streams are held. \throws cuda_error if a synchronize fails.
+  /// streams are held. \throws cuda_error if a synchronize fails, having
+  /// handed back the bound stream's own wholly free segments.
   void release();
   [[nodiscard]] coalescing_statistics statistics() const;
   [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }

@@ -175,7 +175,7 @@ class block_cache {
     friend bool operator==(const stream_key&, const stream_key&) = default;
     /// Any strict order, for ordered containers of streams.
     friend bool operator<(const stream_key& a, const stream_key& b) noexcept {
-      // std::less: handles of unrelated streams are pointers `<` leaves unordered.
+      // Built-in `<` on unrelated pointers is unspecified; std::less orders them all.
       if (a.stream != b.stream) return std::less<>{}(a.stream, b.stream);
       return std::tie(a.thread, a.device) < std::tie(b.thread, b.device);
     }

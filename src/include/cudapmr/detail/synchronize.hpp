@@ -6,10 +6,9 @@
 
 namespace cudapmr::detail {
 
-/// Waits until all work on `device_id` has completed; where it is -1, on
-/// every device the process has an active context on (the others have no work
-/// and are not initialized by the wait); nothing for pageable memory.
-/// \throws cuda_error.
+/// Waits until all work on `device_id` has completed; where it is -1, on the
+/// current device and every other one the runtime has an active context on
+/// (the others have no work); nothing for pageable memory. \throws cuda_error.
 void synchronize_devices(memory_kind kind, int device_id);
 
 }  // namespace cudapmr::detail

@@ -409,6 +409,10 @@ TEST(CoalescingResourceOnGpu, ABlockFreedOnAnotherStreamReturnsOnlyAfterTheWorkB
   ASSERT_EQ(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming), cudaSuccess);
   constexpr std::size_t count = 16 << 20;  // 64 MiB
   auto* words = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
+  // A second segment, free on its own stream: the allocation below needs no
+  // upstream call (no CUDA call that might wait for the gated stream).
+  void* spare = arena.allocate_async(count * 4, producer);
+  arena.deallocate_async(spare, count * 4, producer);
   write_sequence(words, count, 1, producer);
   ASSERT_EQ(cudaEventRecord(produced, producer.get()), cudaSuccess);
   ASSERT_EQ(cudaStreamWaitEvent(consumer.get(), produced, 0), cudaSuccess);
@@ -416,15 +420,16 @@ TEST(CoalescingResourceOnGpu, ABlockFreedOnAnotherStreamReturnsOnlyAfterTheWorkB
   add_to_each(words, count, 1, consumer);  // held back until the gate opens
   arena.deallocate_async(words, count * 4, consumer);
   EXPECT_EQ(arena.statistics().pending_blocks, 1u);
+  // Were `words` free already, best fit would take it: its segment is the older.
   auto* next = static_cast<std::uint32_t*>(arena.allocate_async(count * 4, producer));
-  EXPECT_NE(next, words) << "the block came back before the consumer's kernel ran";
+  EXPECT_EQ(next, spare) << "the block came back before the consumer's kernel ran";
   write_sequence(next, count, 500, producer);
   gate.open();
   consumer.synchronize();
   // Had the block come back, the consumer's late kernel would show as mismatches.
   EXPECT_EQ(count_sequence_mismatches(next, count, 500, producer), 0u);
   arena.deallocate_async(next, count * 4, producer);
-  // Its event completed: the next allocation collects the block, the older segment's.
+  // Its event completed: the next allocation collects the block and takes it, the older segment's.
   void* again = arena.allocate_async(count * 4, producer);
   EXPECT_EQ(again, static_cast<void*>(words));
   EXPECT_EQ(arena.statistics().pending_blocks, 0u);

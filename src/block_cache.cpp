@@ -495,12 +495,7 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
   }
   // The sealed bytes moved from the stream's count to the shared total.
   const std::lock_guard lock(entry.mutex);
-  std::int64_t returned = 0;
-  for (const cached_block& block : blocks) {
-    if (entry.unsealed.push(block.size_class, block.pointer))
-      returned += static_cast<std::int64_t>(size_class_bytes(block.size_class));
-    // else: no memory to keep even the list: the block is lost to the cache, and stays with its upstream
-  }
+  const std::int64_t returned = put_back(entry, blocks);
   account(entry.unflushed, returned - bytes);
   approximate_bytes_.fetch_add(bytes - returned, std::memory_order_relaxed);
 }
@@ -635,30 +630,54 @@ void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block
 }
 
 void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
+  // The blocks are taken before the wait, so the wait covers every one of
+  // them: a block another thread frees meanwhile stays for a later drain.
+  struct taken_from {
+    stream_entry* entry;
+    std::vector<cached_block> blocks;
+  };
+  std::vector<taken_from> taken;
   bool others_hold_blocks = false;
-  for (const entry_shard& shard : entries_) {
-    const std::lock_guard lock(shard.mutex);
-    for (const auto& entry : shard.entries) {
-      const std::lock_guard entry_lock(entry->mutex);
-      others_hold_blocks = others_hold_blocks || entry->unsealed.blocks() != 0;
-    }
-  }
-  // Blocks freed on other streams, which may be gone: wait for everything, once.
-  if (others_hold_blocks) ordering_.synchronize_all_devices();
-  const std::size_t first = out.size();
-  std::vector<cached_block> blocks;
+  const stream_key draining = key_of(stream, ordering_);
   for (entry_shard& shard : entries_) {
     const std::lock_guard lock(shard.mutex);
     for (const auto& entry : shard.entries) {
       const std::lock_guard entry_lock(entry->mutex);
+      if (entry->unsealed.blocks() == 0) continue;
+      taken.push_back({entry.get(), {}});
       const std::size_t bytes = entry->unsealed.bytes();
-      entry->unsealed.drain_into(blocks);
+      entry->unsealed.drain_into(taken.back().blocks);
       account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+      others_hold_blocks = others_hold_blocks || entry->key != draining;
     }
   }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  // Blocks freed on other streams, which may be gone: wait for everything, once.
+  if (others_hold_blocks) {
+    try {
+      ordering_.synchronize_all_devices();
+    } catch (...) {
+      // Not known to be idle: the blocks go back to their streams.
+      for (const taken_from& each : taken) {
+        const std::lock_guard lock(each.entry->mutex);
+        account(each.entry->unflushed, put_back(*each.entry, each.blocks));
+      }
+      throw;
+    }
+  }
+  const std::size_t first = out.size();
+  for (const taken_from& each : taken)
+    for (const cached_block& block : each.blocks) out.push_back({block.pointer, block.size_class, stream});
   note_returned(out, first);
   evict_all_ordered(stream, out);
+}
+
+std::int64_t block_cache::put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept {
+  std::int64_t bytes = 0;
+  for (const cached_block& block : blocks)
+    if (entry.unsealed.push(block.size_class, block.pointer))
+      bytes += static_cast<std::int64_t>(size_class_bytes(block.size_class));
+  // else: no memory to keep even the list: the block is lost to the cache, and stays with its upstream
+  return bytes;
 }
 
 // ---- what it holds ---------------------------------------------------------------

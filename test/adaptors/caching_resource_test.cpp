@@ -200,6 +200,29 @@ TEST(CachingResource, ReleaseSynchronizesEveryDeviceForUnsealedBlocks) {
   EXPECT_EQ(ordering.device_synchronizations, 1);
 }
 
+TEST(CachingResource, ABlockFreedWhileReleaseWaitsStaysCachedUntilItIsOrdered) {
+  // release() waits for every device only for the blocks it has taken: one
+  // that another thread frees meanwhile may still be written by that stream's
+  // work, and may not go upstream on the bound stream without a wait.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  cache.release();
+  void* freed_before = cache.allocate_async(4096, fake_stream(1));
+  void* freed_during = cache.allocate_async(4096, fake_stream(1));
+  cache.deallocate_async(freed_before, 4096, fake_stream(1));
+  ordering.during_synchronize = [&] { cache.deallocate_async(freed_during, 4096, fake_stream(1)); };
+  const int synchronizations = ordering.device_synchronizations;
+  cache.release();
+  ASSERT_EQ(ordering.device_synchronizations, synchronizations + 1);
+  EXPECT_EQ(cache.statistics().cached_blocks, 1u);
+  EXPECT_EQ(upstream.used_bytes(), 4096u);
+  cache.release();  // now it is ordered by a second wait
+  EXPECT_EQ(ordering.device_synchronizations, synchronizations + 2);
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
 TEST(CachingResource, AHugeMaxCachedBlockIsCappedAtTheLargestClass) {
   host_memory_resource upstream(64 * mebibyte);
   caching_resource cache(upstream, caching_options{.max_cached_block = std::numeric_limits<std::size_t>::max()});

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <utility>
@@ -45,6 +46,7 @@ class fake_ordering final : public detail::stream_ordering {
   int current_device() noexcept override { return device; }
   void synchronize_all_devices() override {
     ++device_synchronizations;
+    if (during_synchronize) std::exchange(during_synchronize, {})();
     if (synchronize_fails) throw cuda_error(cudaErrorLaunchFailure, "cudaDeviceSynchronize (fake_ordering)");
     complete_all();
   }
@@ -60,6 +62,8 @@ class fake_ordering final : public detail::stream_ordering {
   int device = 0;
   int device_synchronizations = 0;
   bool synchronize_fails = false;  // as after a kernel's fault
+  /// Run once inside the next synchronize: what another thread does while one waits.
+  std::function<void()> during_synchronize;
 };
 
 }  // namespace cudapmr::test

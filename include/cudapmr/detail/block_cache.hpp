@@ -147,8 +147,9 @@ class block_cache {
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
   void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
-  /// Everything, to be freed on `stream`. Synchronizes every device first when
-  /// blocks of other streams are held. \throws cuda_error if that fails.
+  /// Everything, to be freed on `stream`. Synchronizes every device, after
+  /// taking the blocks, when blocks of other streams are among them.
+  /// \throws cuda_error if that fails; the blocks then stay cached.
   void drain(stream_ref stream, std::vector<evicted_block>& out);
 
   /// Bytes and blocks held, counted under the locks.
@@ -236,6 +237,8 @@ class block_cache {
   /// Records an event on `stream` and moves `blocks` to the sealed lists; on
   /// failure puts them back into `entry`.
   void seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept;
+  /// Puts `blocks` back among `entry`'s unsealed ones, with its lock held; returns the bytes it kept.
+  std::int64_t put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept;
   /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
   void release_reference(sealed_event* event) noexcept;
   /// Moves sealed blocks into `out`, largest classes first, to be freed on

@@ -87,6 +87,12 @@ coalescing_resource::stream_pool& coalescing_resource::pool_of(stream_ref stream
   return *pool;
 }
 
+coalescing_resource::stream_pool* coalescing_resource::existing_pool(stream_ref stream) const {
+  const std::lock_guard lock(mutex_);
+  const auto found = pools_.find(key_of(stream));
+  return found == pools_.end() ? nullptr : found->second.get();
+}
+
 std::size_t coalescing_resource::segment_bytes(std::size_t size, bool small) const noexcept {
   if (small) return options_.small_segment;
   const std::size_t granularity = options_.segment_granularity;
@@ -152,38 +158,56 @@ coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_poo
   return best;
 }
 
-coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, std::size_t size, bool small,
-                                                             std::size_t requested, std::size_t alignment,
-                                                             stream_ref stream) {
+void* coalescing_resource::hand_out(block* taken) {
+  try {
+    out_.emplace(taken->pointer, taken);
+  } catch (...) {
+    make_free(taken);
+    throw;
+  }
+  counts_.used_bytes += taken->size;
+  counts_.used_peak = std::max(counts_.used_peak, counts_.used_bytes);
+  return taken->pointer;
+}
+
+void* coalescing_resource::upstream_or_null(std::size_t bytes, stream_ref stream) {
+  try {
+    return upstream_resource().allocate_async(bytes, block_alignment, stream);
+  } catch (const out_of_memory&) {
+    return nullptr;
+  }
+}
+
+void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,
+                                                     std::size_t requested, std::size_t alignment, stream_ref stream) {
   const std::size_t bytes = segment_bytes(size, small);
-  segments_.reserve(segments_.size() + 1);  // so that adding the segment below cannot rehash and throw
-  // Another stream's idle segment before new memory. Small segments are all
-  // alike; a large one may be larger than needed, and is split as any block.
-  if (adopt_idle_segment(pool, small ? bytes : size, small, stream) != nullptr) return take_best_fit(pool, size, small);
   // About to hold more than ever: this stream's wholly free segments, all too
   // small for the request, go back first (in its order), so a growing working
   // set leaves no trail of outgrown segments.
-  if (counts_.reserved_bytes + bytes > counts_.reserved_peak) release_free_segments(&pool, stream, bytes);
-  const auto from_upstream = [&]() -> void* {
-    try {
-      return upstream_resource().allocate_async(bytes, block_alignment, stream);
-    } catch (const out_of_memory&) {
-      return nullptr;
-    }
-  };
-  void* base = from_upstream();
+  std::vector<std::unique_ptr<segment>> outgrown;
+  {
+    const std::lock_guard lock(mutex_);
+    if (counts_.reserved_bytes + bytes > counts_.reserved_peak) take_free_segments(&pool, bytes, outgrown);
+  }
+  return_upstream(outgrown, stream);
+  void* base = upstream_or_null(bytes, stream);
   if (base == nullptr) {
     // What this resource holds free may be what the upstream lacks: first this
     // stream's free segments, in its order; then, with every device idle, all.
-    release_free_segments(&pool, stream);
-    base = from_upstream();
+    {
+      const std::lock_guard lock(mutex_);
+      take_free_segments(&pool, std::numeric_limits<std::size_t>::max(), outgrown);
+    }
+    return_upstream(outgrown, stream);
+    base = upstream_or_null(bytes, stream);
   }
   if (base == nullptr) {
-    ordering_.synchronize_all_devices();
-    collect_pending(true);
-    // A block another stream freed may now be free in this stream's pool.
-    if (block* freed = take_best_fit(pool, size, small)) return freed;
-    release_free_segments(nullptr, stream);
+    reclaim_all(&pool, stream);
+    {
+      // A block another stream freed may now be free in this stream's pool.
+      const std::lock_guard lock(mutex_);
+      if (block* freed = take_best_fit(pool, size, small)) return hand_out(freed);
+    }
     try {
       base = upstream_resource().allocate_async(bytes, block_alignment, stream);
     } catch (const out_of_memory& error) {
@@ -191,7 +215,9 @@ coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, 
                           fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
     }
   }
+  const std::lock_guard lock(mutex_);
   try {
+    segments_.reserve(segments_.size() + 1);  // so that the emplace below cannot rehash and throw
     auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
     segment* added = owned.get();
     added->sequence = segments_made_++;
@@ -205,14 +231,14 @@ coalescing_resource::block* coalescing_resource::add_segment(stream_pool& pool, 
       throw;
     }
   } catch (...) {
-    upstream_resource().deallocate_async(base, bytes, block_alignment, stream);
+    upstream_resource().deallocate_async(base, bytes, block_alignment, stream);  // a free takes no lock here
     throw;
   }
   counts_.reserved_bytes += bytes;
   counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
   ++counts_.segment_allocations;
-  // Nothing else in the pool fits (the caller looked), so this is the block the new segment gives.
-  return take_best_fit(pool, size, small);
+  // The new segment fits; another free meanwhile may fit better.
+  return hand_out(take_best_fit(pool, size, small));
 }
 
 void* coalescing_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
@@ -232,20 +258,19 @@ void* coalescing_resource::do_allocate_async(std::size_t bytes, std::size_t alig
   }
   const std::size_t size = block_bytes(bytes);
   const bool small = size <= options_.small_request;
-  const std::lock_guard lock(mutex_);
-  collect_pending(false);
-  stream_pool& pool = pool_of(stream);
-  block* taken = take_best_fit(pool, size, small);
-  if (taken == nullptr) taken = add_segment(pool, size, small, bytes, alignment, stream);
-  try {
-    out_.emplace(taken->pointer, taken);
-  } catch (...) {
-    make_free(taken);
-    throw;
+  stream_pool* pool = nullptr;
+  {
+    const std::lock_guard lock(mutex_);
+    collect_pending(false);
+    pool = &pool_of(stream);
+    if (block* taken = take_best_fit(*pool, size, small)) return hand_out(taken);
+    // Another stream's idle segment before new memory. Small segments are all
+    // alike; a large one may be larger than needed, and is split as any block.
+    if (adopt_idle_segment(*pool, small ? options_.small_segment : size, small, stream) != nullptr)
+      return hand_out(take_best_fit(*pool, size, small));
   }
-  counts_.used_bytes += taken->size;
-  counts_.used_peak = std::max(counts_.used_peak, counts_.used_bytes);
-  return taken->pointer;
+  // Upstream calls take no lock of this resource: a callback below it may free through it.
+  return allocate_from_new_segment(*pool, size, small, bytes, alignment, stream);
 }
 
 void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
@@ -272,6 +297,7 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
   if (freed->owner->pool->key == freeing) {
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
+    held.last_free = ++frees_in_order_;
     if (held.wholly_free()) held.idle_event = ordering_.record(stream);
     return;
   }
@@ -346,44 +372,81 @@ void coalescing_resource::collect_pending(bool all_completed) noexcept {
   pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(kept), pending_.end());
 }
 
-void coalescing_resource::release_free_segments(stream_pool* only, stream_ref stream, std::size_t below) noexcept {
+void coalescing_resource::take_free_segments(stream_pool* only, std::size_t below,
+                                             std::vector<std::unique_ptr<segment>>& out,
+                                             std::uint64_t freed_by) noexcept {
   for (auto each = segments_.begin(); each != segments_.end();) {
     segment& held = *each->second;
-    if (!held.wholly_free() || held.size >= below || (only != nullptr && held.pool != only)) {
+    const bool ordered = held.pool == only || (only == nullptr && held.last_free <= freed_by);
+    if (!held.wholly_free() || held.size >= below || !ordered) {
+      ++each;
+      continue;
+    }
+    try {
+      out.push_back(std::move(each->second));
+    } catch (...) {  // no memory for the list: the segment stays
       ++each;
       continue;
     }
     free_set(*held.pool, held.small).erase(held.first);
     forget_idle_event(held);
-    upstream_resource().deallocate_async(held.base, held.size, block_alignment, stream);
     counts_.reserved_bytes -= held.size;
     ++counts_.segment_frees;
     each = segments_.erase(each);
   }
 }
 
-void coalescing_resource::release() {
-  const std::lock_guard lock(mutex_);
-  const stream_ref bound = own_bound_stream();
-  const auto own = pools_.find(key_of(bound));
-  stream_pool* bound_pool = own == pools_.end() ? nullptr : own->second.get();
-  const bool others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
-                        return each.second->pool != bound_pool && each.second->wholly_free();
-                      });
-  if (others) {
-    // Segments freed in other streams' order: freed on the bound stream only
-    // once every device is idle (those streams may be gone).
-    try {
-      ordering_.synchronize_all_devices();
-    } catch (...) {
-      // The bound stream orders its own segments' frees: they need no wait.
-      if (bound_pool != nullptr) release_free_segments(bound_pool, bound);
-      throw;
-    }
-    collect_pending(true);
-  }
-  release_free_segments(nullptr, bound);
+void coalescing_resource::return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept {
+  for (const auto& held : taken) upstream_resource().deallocate_async(held->base, held->size, block_alignment, stream);
+  taken.clear();
 }
+
+void coalescing_resource::reclaim_all(stream_pool* own, stream_ref stream) {
+  std::vector<std::unique_ptr<segment>> taken;
+  std::vector<pending_free> completed;
+  std::uint64_t freed_by = 0;
+  bool others = false;
+  {
+    const std::lock_guard lock(mutex_);
+    if (own != nullptr) take_free_segments(own, std::numeric_limits<std::size_t>::max(), taken);
+    others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
+               return each.second->pool != own && each.second->wholly_free();
+             });
+    // What the wait below covers, taken before it: frees made meanwhile stay.
+    freed_by = frees_in_order_;
+    completed.swap(pending_);
+  }
+  // The stream orders its own segments' frees: they need no wait.
+  return_upstream(taken, stream);
+  if (!others) return;
+  try {
+    ordering_.synchronize_all_devices();
+  } catch (...) {
+    const std::lock_guard lock(mutex_);
+    // Still pending, ahead of any made meanwhile (a stream's events complete in order).
+    try {
+      completed.insert(completed.end(), pending_.begin(), pending_.end());
+      pending_.swap(completed);
+    } catch (...) {  // no memory to keep them waiting: out of use instead
+      for (const pending_free& pending : completed) {
+        ordering_.recycle(pending.event);
+        retire(pending.freed);
+      }
+    }
+    throw;
+  }
+  {
+    const std::lock_guard lock(mutex_);
+    for (const pending_free& pending : completed) {
+      ordering_.recycle(pending.event);
+      make_free(pending.freed);
+    }
+    take_free_segments(nullptr, std::numeric_limits<std::size_t>::max(), taken, freed_by);
+  }
+  return_upstream(taken, stream);
+}
+
+void coalescing_resource::release() { reclaim_all(existing_pool(own_bound_stream()), own_bound_stream()); }
 
 coalescing_statistics coalescing_resource::statistics() const {
   const std::lock_guard lock(mutex_);

@@ -8,13 +8,20 @@
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/coalescing_resource.hpp>
+#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
+#include <cudapmr/adaptors/limiting_adaptor.hpp>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace cudapmr::test {
@@ -314,6 +321,35 @@ TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries)
   void* again = arena.allocate_async(6 * mebibyte, fake_stream(3));
   EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte);
   arena.deallocate_async(again, 6 * mebibyte, fake_stream(3));
+}
+
+TEST(CoalescingResource, ACallbackBelowThatFreesThroughTheResourceDoesNotDeadlock) {
+  // A spill on allocation failure frees through the resource that is asking
+  // its upstream: no upstream call may hold the lock that free needs.
+  host_memory_resource host;
+  limiting_adaptor cap(host, 8 * mebibyte);
+  void* spilled = nullptr;
+  coalescing_resource* arena_below = nullptr;
+  failure_callback_adaptor spilling(cap, [&](const allocation_failure& failure) {
+    if (failure.attempt > 1 || spilled == nullptr) return false;
+    arena_below->deallocate_async(std::exchange(spilled, nullptr), 6 * mebibyte, fake_stream(1));
+    return true;
+  });
+  auto arena = std::make_shared<coalescing_resource>(spilling);
+  arena_below = arena.get();
+  spilled = arena->allocate_async(6 * mebibyte, fake_stream(1));
+  auto done = std::make_shared<std::promise<void*>>();
+  auto result = done->get_future();
+  // On a thread of its own, so that a deadlock fails the test instead of hanging it.
+  std::thread([arena, done] { done->set_value(arena->allocate_async(4 * mebibyte, fake_stream(1))); }).detach();
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the allocation deadlocked in the failure callback's free";
+    return;
+  }
+  void* p = result.get();
+  EXPECT_EQ(spilled, nullptr);
+  EXPECT_EQ(cap.used_bytes(), 4 * mebibyte) << "the spilled block's segment went back for the retry";
+  arena->deallocate_async(p, 4 * mebibyte, fake_stream(1));
 }
 
 TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOtherStreams) {

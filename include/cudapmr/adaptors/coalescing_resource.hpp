@@ -98,9 +98,9 @@ struct coalescing_statistics {
 /// - Streams are told apart by handle: destroy a stream only once its work is
 ///   done (a `cudapmr::stream` waits for it) when its handle may come back.
 ///
-/// Thread-safe; one lock per resource, held across upstream calls, so it suits
-/// allocations of tensors, not millions of tiny pairs a second (caching_resource
-/// is for those).
+/// Thread-safe; one lock per resource, never held across an upstream call or a
+/// wait (a callback below may free through the resource). It suits allocations
+/// of tensors, not millions of tiny pairs a second (caching_resource is for those).
 class coalescing_resource final : public resource_adaptor {
  public:
   /// \throws std::invalid_argument naming the option for a zero `small_request`,
@@ -165,6 +165,8 @@ class coalescing_resource final : public resource_adaptor {
     stream_pool* pool;
     std::uint64_t sequence = 0;  // order of creation
     block* first;
+    /// When its last block freed on its own stream was freed, in `frees_in_order_`'s count.
+    std::uint64_t last_free = 0;
     /// Recorded on the segment's stream by the free that left it wholly free:
     /// another stream may take the segment over once it waits for this.
     detail::ordering_event idle_event = nullptr;
@@ -194,11 +196,18 @@ class coalescing_resource final : public resource_adaptor {
   }
   /// The pool of `stream`, made on first use.
   [[nodiscard]] stream_pool& pool_of(stream_ref stream);
+  /// The pool of `stream` if it has one; takes the lock.
+  [[nodiscard]] stream_pool* existing_pool(stream_ref stream) const;
   /// The smallest free block of `pool` that fits `size`, split to it; null if none.
   [[nodiscard]] block* take_best_fit(stream_pool& pool, std::size_t size, bool small);
-  /// A new segment for `size` bytes on `pool`'s stream, its block taken; returns the block.
-  [[nodiscard]] block* add_segment(stream_pool& pool, std::size_t size, bool small, std::size_t requested,
-                                   std::size_t alignment, stream_ref stream);
+  /// Records `taken` as handed out; returns its pointer. Called with the lock held.
+  void* hand_out(block* taken);
+  /// `bytes` from upstream on `stream`, or null when it is exhausted. Called without the lock.
+  [[nodiscard]] void* upstream_or_null(std::size_t bytes, stream_ref stream);
+  /// A block of `size` from a new segment of `pool`'s stream, after giving back
+  /// what the upstream may lack. Called without the lock: a callback below may free through this resource.
+  [[nodiscard]] void* allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,
+                                                std::size_t requested, std::size_t alignment, stream_ref stream);
   [[nodiscard]] std::size_t segment_bytes(std::size_t size, bool small) const noexcept;
   /// Keeps `freed` out of use until the resource is destroyed.
   void retire(block* freed) noexcept;
@@ -211,10 +220,19 @@ class coalescing_resource final : public resource_adaptor {
   /// Frees the blocks whose events have completed (all of them after a synchronize).
   /// Events of one stream complete in order: past the first that has not, none of that stream's is asked about.
   void collect_pending(bool all_completed) noexcept;
-  /// Gives back upstream, on `stream`, the wholly free segments of `only` (of
-  /// every pool if null) smaller than `below`.
-  void release_free_segments(stream_pool* only, stream_ref stream,
-                             std::size_t below = std::numeric_limits<std::size_t>::max()) noexcept;
+  /// Moves into `out` the wholly free segments smaller than `below` of `only`,
+  /// or, if null, of every stream whose own frees came before `freed_by`.
+  /// Called with the lock held; the segments are then the caller's to return.
+  void take_free_segments(stream_pool* only, std::size_t below, std::vector<std::unique_ptr<segment>>& out,
+                          std::uint64_t freed_by = 0) noexcept;
+  /// Frees `taken` upstream on `stream` and empties it. Called without the lock.
+  void return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept;
+  /// Gives back upstream, on `stream`, every wholly free segment: `own`'s at
+  /// once (its stream orders the frees), then, after synchronizing every device
+  /// when other streams hold segments or pending blocks, the pending blocks
+  /// and every segment whose frees the wait covered. Called without the lock.
+  /// \throws cuda_error if the synchronize fails, having given back `own`'s.
+  void reclaim_all(stream_pool* own, stream_ref stream);
   [[nodiscard]] static std::set<block*, by_size>& free_set(stream_pool& pool, bool small) noexcept {
     return small ? pool.small_free : pool.large_free;
   }
@@ -229,6 +247,7 @@ class coalescing_resource final : public resource_adaptor {
   std::vector<pending_free> pending_;  // in the order of the frees
   std::vector<block*> retired_;  // out of use until destruction
   std::uint64_t segments_made_ = 0;
+  std::uint64_t frees_in_order_ = 0;  // frees on a block's own stream so far
   coalescing_statistics counts_;
 };
 

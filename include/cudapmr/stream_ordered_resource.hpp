@@ -94,14 +94,16 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   /// pmr `deallocate`, so caches wait for that work before they reuse such
   /// memory; until then they know it is idle.
   [[nodiscard]] stream_ref bound_stream() const noexcept {
-    if (!bound_stream_shared_.load(std::memory_order_relaxed))
-      bound_stream_shared_.store(true, std::memory_order_relaxed);
+    const stream_ordered_resource& owner = do_bound_stream_owner();
+    if (!owner.bound_stream_shared_.load(std::memory_order_relaxed))
+      owner.bound_stream_shared_.store(true, std::memory_order_relaxed);
     return do_bound_stream();
   }
-  /// Whether `bound_stream()` of this resource (or of one below it) was ever
-  /// handed out: only then can work from outside be queued on it.
-  [[nodiscard]] virtual bool bound_stream_shared() const noexcept {
-    return bound_stream_shared_.load(std::memory_order_relaxed);
+  /// Whether the bound stream was ever handed out, by this resource or by any
+  /// other that shares it (an adaptor above, a sibling over the same upstream):
+  /// only then can work from outside be queued on it.
+  [[nodiscard]] bool bound_stream_shared() const noexcept {
+    return do_bound_stream_owner().bound_stream_shared_.load(std::memory_order_relaxed);
   }
   /// A short description for messages: "device_memory_resource (device 0)".
   [[nodiscard]] virtual std::string description() const = 0;
@@ -124,6 +126,11 @@ class stream_ordered_resource : public std::pmr::memory_resource {
     return resource.do_bound_stream();
   }
 
+  /// The resource whose stream another's bound stream is, for adaptors that use their upstream's.
+  [[nodiscard]] static const stream_ordered_resource& bound_stream_owner(const stream_ordered_resource& resource) noexcept {
+    return resource.do_bound_stream_owner();
+  }
+
   /// Identity; pool-backed resources compare equal when they share a pool.
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
     return this == &other;
@@ -131,6 +138,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
 
  private:
   [[nodiscard]] virtual stream_ref do_bound_stream() const noexcept = 0;
+  /// The resource that owns the bound stream and knows whether it was handed
+  /// out: this one, unless its bound stream is another resource's.
+  [[nodiscard]] virtual const stream_ordered_resource& do_bound_stream_owner() const noexcept { return *this; }
   /// Called with a valid alignment (a power of two, at most `max_alignment`).
   virtual void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
   /// Called with a non-null pointer. Must not throw.

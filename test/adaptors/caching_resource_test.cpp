@@ -8,6 +8,7 @@
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/statistics_adaptor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -450,15 +451,12 @@ TEST(CachingResource, PmrFreedBlocksAreReadyForEveryPath) {
   cache.deallocate_async(p, 5000, fake_stream(7));
 }
 
-TEST(CachingResource, PmrFreesWaitForTheBoundStreamOnceItWasHandedOut) {
-  host_memory_resource host;
-  fake_ordering ordering;
-  caching_resource cache(host, {}, ordering);
-  EXPECT_FALSE(cache.bound_stream_shared());
-  static_cast<void>(cache.bound_stream());  // from now on, work may be queued there
+/// A pmr free on `cache` after its bound stream was handed out (by it or another
+/// resource sharing the stream): stream 7 may get the block back only after waiting for that stream.
+void expect_pmr_free_ordered_after_the_bound_stream(caching_resource& cache, fake_ordering& ordering) {
   EXPECT_TRUE(cache.bound_stream_shared());
   void* p = cache.allocate(5000);
-  cache.deallocate(p, 5000);  // a free in order on the bound stream
+  cache.deallocate(p, 5000);
   void* q = cache.allocate_async(5000, fake_stream(7));
   if (q == p) {
     ASSERT_EQ(ordering.waits.size(), 1u) << "stream 7 must wait for the bound stream's work";
@@ -466,6 +464,33 @@ TEST(CachingResource, PmrFreesWaitForTheBoundStreamOnceItWasHandedOut) {
   }
   cache.deallocate_async(q, 5000, fake_stream(7));
   cache.release();
+}
+
+TEST(CachingResource, PmrFreesWaitForTheBoundStreamOnceItWasHandedOut) {
+  host_memory_resource host;
+  fake_ordering ordering;
+  caching_resource cache(host, {}, ordering);
+  EXPECT_FALSE(cache.bound_stream_shared());
+  static_cast<void>(cache.bound_stream());  // from now on, work may be queued there
+  expect_pmr_free_ordered_after_the_bound_stream(cache, ordering);
+}
+
+TEST(CachingResource, PmrFreesWaitForTheBoundStreamHandedOutByAnAdaptorAbove) {
+  host_memory_resource host;
+  fake_ordering ordering;
+  caching_resource cache(host, {}, ordering);
+  statistics_adaptor above(cache);
+  static_cast<void>(above.bound_stream());  // the same stream as the cache's
+  expect_pmr_free_ordered_after_the_bound_stream(cache, ordering);
+}
+
+TEST(CachingResource, PmrFreesWaitForTheBoundStreamHandedOutByASiblingOverTheSameUpstream) {
+  host_memory_resource host;
+  fake_ordering ordering;
+  caching_resource cache(host, {}, ordering);
+  statistics_adaptor sibling(host);
+  static_cast<void>(sibling.bound_stream());
+  expect_pmr_free_ordered_after_the_bound_stream(cache, ordering);
 }
 
 TEST(CachingResource, BlocksAreWholeSizeClassesAlignedTo256) {

@@ -17,9 +17,6 @@ class resource_adaptor : public stream_ordered_resource {
  public:
   /// The resource this adaptor draws from.
   [[nodiscard]] stream_ordered_resource& upstream_resource() const noexcept { return *upstream_; }
-  [[nodiscard]] bool bound_stream_shared() const noexcept override {
-    return stream_ordered_resource::bound_stream_shared() || upstream_->bound_stream_shared();
-  }
 
  protected:
   explicit resource_adaptor(stream_ordered_resource& upstream) noexcept
@@ -30,6 +27,9 @@ class resource_adaptor : public stream_ordered_resource {
 
  private:
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return own_bound_stream(*upstream_); }
+  [[nodiscard]] const stream_ordered_resource& do_bound_stream_owner() const noexcept override {
+    return bound_stream_owner(*upstream_);
+  }
 
   stream_ordered_resource* upstream_;
 };

@@ -174,6 +174,11 @@ void pool_resource::trim_to(std::size_t bytes_to_keep) {
   CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
 }
 
+void pool_resource::do_trim(stream_ref stream) {
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));  // the caller's frees must land before the trim
+  trim_to(0);
+}
+
 std::size_t pool_resource::release_threshold() const {
   return pool_attribute(pool(), cudaMemPoolAttrReleaseThreshold);
 }

@@ -105,6 +105,8 @@ class pool_resource : public stream_ordered_resource {
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) final;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept final;
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
+  /// Waits for `stream` and the bound stream, then releases all unused pool memory.
+  void do_trim(stream_ref stream) final;
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
 

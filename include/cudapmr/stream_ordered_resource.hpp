@@ -80,6 +80,14 @@ class stream_ordered_resource : public std::pmr::memory_resource {
     deallocate(p, bytes, alignment);
   }
 
+  /// Gives back to the system what the resource holds and hands out to no one,
+  /// all the way down its stack: a cache's free blocks, a pool's unused
+  /// reserve. Frees the caller queued on `stream` are waited for. It may wait
+  /// for the device, so it is for the last resort before out-of-memory (every
+  /// cache calls it before it gives up) and for programs that go idle.
+  /// \throws cuda_error if a wait fails.
+  void trim(stream_ref stream) { do_trim(stream); }
+
   /// The kind of memory this resource hands out.
   [[nodiscard]] memory_kind kind() const noexcept { return kind_; }
   [[nodiscard]] bool is_device_accessible() const noexcept { return cudapmr::is_device_accessible(kind_); }
@@ -138,6 +146,8 @@ class stream_ordered_resource : public std::pmr::memory_resource {
 
  private:
   [[nodiscard]] virtual stream_ref do_bound_stream() const noexcept = 0;
+  /// See `trim`. A leaf without a reserve gives nothing back.
+  virtual void do_trim(stream_ref /*stream*/) {}
   /// The resource that owns the bound stream and knows whether it was handed
   /// out: this one, unless its bound stream is another resource's.
   [[nodiscard]] virtual const stream_ordered_resource& do_bound_stream_owner() const noexcept { return *this; }

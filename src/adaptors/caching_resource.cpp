@@ -110,37 +110,42 @@ void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream
   std::size_t larger_class = size_class;
   if (void* p = cache_.take_larger(stream, larger_class)) return p;
   cache_.note_miss();
-  const std::size_t bytes = detail::size_class_bytes(size_class);
   std::vector<detail::evicted_block> evicted;
   cache_.make_room(stream, size_class, evicted);
   free_upstream(evicted);
-  const auto from_upstream = [&] {
-    void* p = upstream_resource().allocate_async(bytes, block_alignment, stream);
-    cache_.note_taken_upstream(size_class);
-    return p;
-  };
+  void* p = allocate_upstream(detail::size_class_bytes(size_class), block_alignment, stream);
+  cache_.note_taken_upstream(size_class);
+  return p;
+}
+
+void* caching_resource::allocate_upstream(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   try {
-    return from_upstream();
+    return upstream_resource().allocate_async(bytes, alignment, stream);
   } catch (const out_of_memory&) {
   }
   // What the cache holds may be what the upstream lacks: first all that can go
-  // in stream order, then, after every device is idle, everything.
-  evicted.clear();
+  // in stream order, then, after every device is idle, everything, and what
+  // the upstream itself keeps unused.
+  std::vector<detail::evicted_block> evicted;
   cache_.evict_all_ordered(stream, evicted);
   free_upstream(evicted);
   try {
-    return from_upstream();
+    return upstream_resource().allocate_async(bytes, alignment, stream);
   } catch (const out_of_memory&) {
-    evicted.clear();
-    cache_.drain(stream, evicted);
-    if (evicted.empty()) throw;
-    free_upstream(evicted);
   }
-  return from_upstream();
+  evicted.clear();
+  cache_.drain(stream, evicted);
+  free_upstream(evicted);
+  upstream_resource().trim(stream);
+  return upstream_resource().allocate_async(bytes, alignment, stream);
 }
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
-  if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate_async(bytes, alignment, stream);
+  if (!is_cacheable(bytes, alignment)) {
+    // Zero bytes own nothing and a captured stream's allocation is a graph node: neither is worth a trim.
+    if (bytes == 0 || is_captured(stream)) return upstream_resource().allocate_async(bytes, alignment, stream);
+    return allocate_upstream(bytes, alignment, stream);
+  }
   const std::size_t size_class = detail::size_class_of(bytes);
   if (is_captured(stream)) {
     // The upstream's allocation becomes a graph node, whose address is the
@@ -220,6 +225,13 @@ void caching_resource::release() {
   std::vector<detail::evicted_block> blocks;
   cache_.drain(own_bound_stream(), blocks);
   free_upstream(blocks);
+}
+
+void caching_resource::do_trim(stream_ref stream) {
+  std::vector<detail::evicted_block> blocks;
+  cache_.drain(stream, blocks);
+  free_upstream(blocks);
+  upstream_resource().trim(stream);
 }
 
 cache_statistics caching_resource::statistics() const {

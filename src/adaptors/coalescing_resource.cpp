@@ -208,6 +208,7 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
       const std::lock_guard lock(mutex_);
       if (block* freed = take_best_fit(pool, size, small)) return hand_out(freed);
     }
+    upstream_resource().trim(stream);
     try {
       base = upstream_resource().allocate_async(bytes, block_alignment, stream);
     } catch (const out_of_memory& error) {
@@ -444,6 +445,11 @@ void coalescing_resource::reclaim_all(stream_pool* own, stream_ref stream) {
     take_free_segments(nullptr, std::numeric_limits<std::size_t>::max(), taken, freed_by);
   }
   return_upstream(taken, stream);
+}
+
+void coalescing_resource::do_trim(stream_ref stream) {
+  reclaim_all(existing_pool(stream), stream);
+  upstream_resource().trim(stream);
 }
 
 void coalescing_resource::release() { reclaim_all(existing_pool(own_bound_stream()), own_bound_stream()); }

@@ -9,6 +9,9 @@
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
+#include <cudapmr/device.hpp>
+#include <cudapmr/device_malloc_resource.hpp>
+#include <cudapmr/device_memory_resource.hpp>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +22,7 @@
 #include <limits>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -583,6 +587,68 @@ TEST(CachingResource, ExhaustionReleasesTheCacheAndRetries) {
   EXPECT_THROW(static_cast<void>(cache.allocate_async(5 * mebibyte, fake_stream(2))), out_of_memory);
 }
 
+/// A pool's reserve in miniature: what is freed stays reserved (the host's
+/// capacity still counts it) until `trim` gives it back.
+class reserving_resource final : public resource_adaptor {
+ public:
+  explicit reserving_resource(host_memory_resource& host) : resource_adaptor(host) {}
+  [[nodiscard]] std::string description() const override { return describe_as("reserving_resource"); }
+  [[nodiscard]] std::size_t trims() const noexcept { return trims_; }
+
+ private:
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override {
+    return upstream_resource().allocate_async(bytes, alignment, stream);
+  }
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref) noexcept override {
+    const std::lock_guard lock(mutex_);
+    reserve_.push_back({p, bytes, alignment});
+  }
+  void do_trim(stream_ref stream) override {
+    const std::lock_guard lock(mutex_);
+    ++trims_;
+    for (const auto& [p, bytes, alignment] : reserve_) upstream_resource().deallocate_async(p, bytes, alignment, stream);
+    reserve_.clear();
+  }
+  struct reserved {
+    void* pointer;
+    std::size_t bytes;
+    std::size_t alignment;
+  };
+  std::mutex mutex_;
+  std::vector<reserved> reserve_;
+  std::size_t trims_ = 0;
+};
+
+TEST(CachingResource, ARequestTooLargeToCacheGetsWhatTheCacheAndTheUpstreamHoldUnused) {
+  // A burst to 60 % of the memory, all freed; then 90 % in one request, past
+  // the largest cached block: the cache and the pool's reserve must go back first.
+  host_memory_resource host(64 * mebibyte);
+  reserving_resource pool(host);
+  caching_resource cache(pool, caching_options{.max_cached_block = 4 * mebibyte});
+  std::vector<void*> burst;
+  for (int i = 0; i < 9; ++i) burst.push_back(cache.allocate_async(4 * mebibyte, fake_stream(1)));
+  for (void* p : burst) cache.deallocate_async(p, 4 * mebibyte, fake_stream(1));
+  ASSERT_GT(cache.statistics().cached_bytes, 0u);
+  void* whole = cache.allocate_async(57 * mebibyte, fake_stream(2));
+  EXPECT_EQ(host.used_bytes(), 57 * mebibyte);
+  EXPECT_EQ(cache.statistics().cached_bytes, 0u);
+  EXPECT_EQ(pool.trims(), 1u);
+  cache.deallocate_async(whole, 57 * mebibyte, fake_stream(2));
+  cache.trim(fake_stream(2));  // what a program that goes idle calls
+  EXPECT_EQ(host.used_bytes(), 0u);
+}
+
+TEST(CachingResource, ACacheableRequestTrimsTheUpstreamBeforeItFails) {
+  host_memory_resource host(16 * mebibyte);
+  reserving_resource pool(host);
+  caching_resource cache(pool);
+  cache.deallocate_async(cache.allocate_async(10 * mebibyte, fake_stream(1)), 10 * mebibyte, fake_stream(1));
+  cache.release();  // the block is in the pool's reserve now, not in the cache
+  void* p = cache.allocate_async(12 * mebibyte, fake_stream(1));
+  EXPECT_EQ(pool.trims(), 1u);
+  cache.deallocate_async(p, 12 * mebibyte, fake_stream(1));
+}
+
 TEST(CachingResource, PerThreadDefaultStreamIsCachedPerThread) {
   host_memory_resource upstream;
   fake_ordering ordering;
@@ -667,6 +733,39 @@ TEST(CachingResourceOnGpu, AFreeOnOneStreamReachesAnotherOnlyAfterItsKernels) {
   EXPECT_EQ(count_sequence_mismatches(other, count, 500, second), 0u);
   cache.deallocate_async(other, count * 4, second);
   EXPECT_EQ(cache.statistics().cross_stream_reuses, 1u);
+}
+
+/// A burst of 16 MiB blocks to 60 % of what the device has free, all freed,
+/// then one request for 90 % of it through `top`.
+void expect_ninety_percent_after_a_freed_burst(stream_ordered_resource& top) {
+  const cudapmr::stream stream(0);
+  const std::size_t free_at_start = device(0).free_memory();
+  constexpr std::size_t block = 16 * mebibyte;
+  std::vector<void*> burst;
+  for (std::size_t held = 0; held < free_at_start / 10 * 6; held += block)
+    burst.push_back(top.allocate_async(block, stream));
+  for (void* p : burst) top.deallocate_async(p, block, stream);
+  stream.synchronize();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const std::size_t request = free_at_start / 10 * 9;
+  void* whole = nullptr;
+  EXPECT_NO_THROW(whole = top.allocate_async(request, stream)) << top.description();
+  top.deallocate_async(whole, request, stream);
+  top.trim(stream);
+}
+
+TEST(CachingResourceOnGpu, NinetyPercentOfTheDeviceAfterAFreedBurstOverAPool) {
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  expect_ninety_percent_after_a_freed_burst(cache);
+}
+
+TEST(CachingResourceOnGpu, NinetyPercentOfTheDeviceAfterAFreedBurstOverCudaMalloc) {
+  CUDAPMR_REQUIRE_GPU();
+  device_malloc_resource device_memory(0);
+  caching_resource cache(device_memory);
+  expect_ninety_percent_after_a_freed_burst(cache);
 }
 
 TEST(CachingResourceOnGpu, TheSameStreamReusesAtOnceInOrder) {

@@ -93,8 +93,10 @@ struct cache_statistics {
 ///   going on with less (a program that stops freeing keeps what it cached;
 ///   `release()` gives everything back). Only blocks of the
 ///   freeing stream, blocks no work touches and blocks sealed by an event can
-///   leave at a free. On upstream exhaustion it returns all it can and
-///   retries, then synchronizes every device, returns everything and retries.
+///   leave at a free. On upstream exhaustion, for any request it passes on
+///   (those too large to cache included), it returns all it can and retries,
+///   then synchronizes every device, returns everything, trims the upstream
+///   (a pool's unused reserve) and retries.
 /// - On a stream being captured into a graph, allocations and frees go
 ///   upstream (the pool's graph nodes): a cached block never enters a graph
 ///   (unless `check_capture` is off). A block allocated during capture goes
@@ -152,9 +154,15 @@ class caching_resource final : public resource_adaptor {
   /// `requested` bytes; out_of_memory names `requested`.
   [[nodiscard]] void* allocate_block(std::size_t requested, std::size_t alignment, std::size_t size_class,
                                      stream_ref stream);
-  /// The same, first returning what the cache should give up, then on
-  /// exhaustion all it can.
+  /// The same, first returning what the cache should give up.
   [[nodiscard]] void* allocate_class(std::size_t size_class, stream_ref stream);
+  /// `bytes` from upstream on `stream`; when it is exhausted, first after
+  /// returning what can leave in stream order, then after `trim` (the whole
+  /// cache, after every device is idle, and the upstream's unused reserve).
+  [[nodiscard]] void* allocate_upstream(std::size_t bytes, std::size_t alignment, stream_ref stream);
+  /// Hands back the whole cache on `stream` (after every device is idle where
+  /// other streams' blocks are held), then trims the upstream.
+  void do_trim(stream_ref stream) override;
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
   /// After a free the cache kept: frees upstream, on `stream`, what it holds beyond what is live.
   void trim_to_live(stream_ref stream) noexcept;
@@ -169,8 +177,7 @@ class caching_resource final : public resource_adaptor {
 /// default pinned pool (blocks up to 256 MiB cached), so that a warm allocate +
 /// deallocate makes no CUDA call. Made on first use, its bound stream on the
 /// then current device; never destroyed, its cache handed back to the pool at
-/// exit. To return memory to the system: `release()`, then the upstream's
-/// `trim_to`. \throws cuda_error where no device exists.
+/// exit. To return memory to the system: `trim(stream)`. \throws cuda_error where no device exists.
 [[nodiscard]] caching_resource& default_pinned_resource();
 /// The same over the driver's default managed pool (the upstream, a
 /// `managed_memory_resource`, prefetches and advises).

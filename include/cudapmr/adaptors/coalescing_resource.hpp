@@ -87,7 +87,8 @@ struct coalescing_statistics {
 /// - Segments go back upstream with `release()`, at destruction, and when the
 ///   upstream refuses a new segment: first the wholly free segments of the
 ///   requesting stream (in its order), then, after every device is
-///   synchronized, every wholly free segment; then it retries.
+///   synchronized, every wholly free segment and the upstream's unused
+///   reserve (`trim`); then it retries.
 /// - On a stream being captured into a graph (unless `check_capture` is off),
 ///   allocations go straight upstream (a graph node, whose address the graph
 ///   keeps) and return upstream at their free. A block of a segment freed
@@ -198,6 +199,8 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] stream_pool& pool_of(stream_ref stream);
   /// The pool of `stream` if it has one; takes the lock.
   [[nodiscard]] stream_pool* existing_pool(stream_ref stream) const;
+  /// Hands back every wholly free segment on `stream` as `release` does, then trims the upstream.
+  void do_trim(stream_ref stream) override;
   /// The smallest free block of `pool` that fits `size`, split to it; null if none.
   [[nodiscard]] block* take_best_fit(stream_pool& pool, std::size_t size, bool small);
   /// Records `taken` as handed out; returns its pointer. Called with the lock held.

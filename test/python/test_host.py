@@ -159,6 +159,47 @@ def test_numpy_view_keeps_the_memory(host):
     assert host.used_bytes == 0
 
 
+def test_close_under_a_dlpack_export_leaves_the_memory_to_the_consumer(host):
+    np = needs("numpy")
+    counted = cudapmr.StatisticsAdaptor(host)
+    buffer = counted.allocate(4096, stream=5)
+    buffer.fill(7)
+    array = np.from_dlpack(buffer)
+    buffer.close(stream=9)
+    assert not buffer.is_open and buffer.handle == 0
+    assert counted.statistics().bytes.current == 4096  # the export owns the memory now
+    assert counted.statistics(stream=9).bytes.current == 0
+    assert (array == 7).all()
+    array[:] = 8  # still ours to write
+    assert (array == 8).all()
+    del array
+    gc.collect()
+    assert counted.statistics().bytes.current == 0
+    assert counted.statistics(stream=9).bytes.current == -4096  # freed at last on the stream close named
+    assert host.used_bytes == 0
+
+
+def test_with_block_leaves_exported_memory_to_every_consumer(host):
+    np = needs("numpy")
+    counted = cudapmr.StatisticsAdaptor(host)
+    with counted.allocate(256) as buffer:
+        buffer.fill(3)
+        first = np.from_dlpack(buffer)
+        second = np.from_dlpack(buffer)
+        unconsumed = buffer.__dlpack__(max_version=(1, 0))
+    assert counted.statistics().bytes.current == 256
+    assert (first == 3).all() and (second == 3).all()
+    del first
+    gc.collect()
+    assert counted.statistics().bytes.current == 256 and (second == 3).all()
+    del second
+    gc.collect()
+    assert counted.statistics().bytes.current == 256  # the capsule still holds it
+    del unconsumed
+    gc.collect()
+    assert counted.statistics().bytes.current == 0 and host.used_bytes == 0
+
+
 class ProtocolStream:
     def __init__(self, handle):
         self.handle_value = handle

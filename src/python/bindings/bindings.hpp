@@ -11,7 +11,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 namespace cudapmr::python {
 
@@ -35,11 +37,42 @@ namespace cudapmr::python {
   return reinterpret_cast<std::uintptr_t>(stream.get());
 }
 
-/// A cudapmr buffer of bytes as Python holds it: the buffer and the Python
-/// object of its resource, which stays alive while the buffer is open.
-struct python_buffer {
-  nanobind::object resource_object;  // declared first, so released after `memory` closes
+/// The memory of a Buffer and a reference to the Python object of its
+/// resource, shared by the Buffer and each DLPack export of it: the last of
+/// them to let go frees the memory in stream order on `memory`'s stream, from
+/// any thread, with or without the GIL.
+class shared_memory {
+ public:
+  /// Takes a reference to `resource_object`, whose resource `memory` came from.
+  shared_memory(nanobind::handle resource_object, cudapmr::buffer<std::byte>&& memory) noexcept
+      : memory(std::move(memory)), resource_object_(resource_object.inc_ref().ptr()) {}
+  ~shared_memory();
+  shared_memory(const shared_memory&) = delete;
+  shared_memory& operator=(const shared_memory&) = delete;
+
+  [[nodiscard]] nanobind::handle resource_object() const noexcept { return resource_object_; }
+
   cudapmr::buffer<std::byte> memory;
+
+ private:
+  PyObject* resource_object_;
+};
+
+/// A cudapmr buffer of bytes as Python holds it: its share of the memory
+/// (null once closed) and the stream it frees on by default.
+struct python_buffer {
+  std::shared_ptr<shared_memory> shared;
+  stream_ref stream;
+
+  python_buffer(std::shared_ptr<shared_memory> memory, stream_ref on) noexcept
+      : shared(std::move(memory)), stream(on) {}
+  /// Closes on the buffer's stream (garbage collection).
+  ~python_buffer() { close(stream); }
+  python_buffer(const python_buffer&) = delete;
+  python_buffer& operator=(const python_buffer&) = delete;
+
+  /// Lets go of the memory, to be freed on `on` once no DLPack export holds it. Never throws.
+  void close(stream_ref on) noexcept;
 };
 
 /// A new Buffer of `bytes` from `resource` (the Python object `owner`) on `stream`.

@@ -14,6 +14,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,23 +43,16 @@ struct DLManagedTensorVersioned {
 constinit const char* const legacy_capsule_name = "dltensor";
 constinit const char* const versioned_capsule_name = "dltensor_versioned";
 
-/// What a capsule's tensor points to: a reference to the Python Buffer, so
-/// that the memory stays while the consumer holds it, and the shape.
+/// What a capsule's tensor points to: a share of the memory, so that it
+/// stays while the consumer holds it (after the Buffer is closed too), and the shape.
 struct dlpack_owner {
-  PyObject* buffer;
+  std::shared_ptr<shared_memory> memory;
   std::int64_t shape;
   DLManagedTensor legacy{};
   DLManagedTensorVersioned versioned{};
 
-  /// Drops the reference to the Buffer; any thread, with or without the GIL.
-  static void release(dlpack_owner* owner) noexcept {
-    if (Py_IsInitialized()) {
-      const PyGILState_STATE state = PyGILState_Ensure();
-      Py_DECREF(owner->buffer);
-      PyGILState_Release(state);
-    }
-    delete owner;
-  }
+  /// Drops the share, freeing the memory if it was the last; any thread, with or without the GIL.
+  static void release(dlpack_owner* owner) noexcept { delete owner; }
   static void delete_legacy(DLManagedTensor* tensor) noexcept {
     release(static_cast<dlpack_owner*>(tensor->manager_ctx));
   }
@@ -79,14 +73,16 @@ void destroy_unconsumed_capsule(PyObject* capsule) noexcept {
   PyErr_Restore(type, value, traceback);
 }
 
-python_buffer& open_buffer(python_buffer& self, const char* operation) {
-  if (!self.memory.is_open()) detail::throw_closed_buffer(operation);
-  return self;
+/// The memory of an open Buffer.
+/// \throws std::invalid_argument naming `operation` once the Buffer is closed.
+cudapmr::buffer<std::byte>& open_memory(python_buffer& self, const char* operation) {
+  if (!self.shared) detail::throw_closed_buffer(operation);
+  return self.shared->memory;
 }
 
 /// The DLPack device of the buffer's memory.
-DLDevice device_of(const python_buffer& self) {
-  const stream_ordered_resource& resource = *self.memory.resource();
+DLDevice device_of(const cudapmr::buffer<std::byte>& memory) {
+  const stream_ordered_resource& resource = *memory.resource();
   return dlpack_device(resource.kind(), resource.device_id());
 }
 
@@ -95,13 +91,13 @@ DLDevice device_of(const python_buffer& self) {
 /// queued on the buffer's stream. Host-accessible memory with no stream named
 /// is read by the host, so the buffer's stream is waited for.
 void order_for_consumer(python_buffer& self, nb::handle stream) {
-  const stream_ordered_resource& resource = *self.memory.resource();
+  const stream_ordered_resource& resource = *self.shared->memory.resource();
   if (resource.kind() == memory_kind::pageable) return;
   cudaStream_t consumer = nullptr;
   if (stream.is_none()) {
     if (resource.is_host_accessible()) {
       nb::gil_scoped_release unlocked;
-      CUDAPMR_CHECK(cudaStreamSynchronize(self.memory.stream().get()));
+      CUDAPMR_CHECK(cudaStreamSynchronize(self.stream.get()));
       return;
     }
     consumer = cudaStreamLegacy;
@@ -121,7 +117,7 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
       consumer = stream_handle(stream);
     }
   }
-  const cudaStream_t producer = self.memory.stream().get();
+  const cudaStream_t producer = self.stream.get();
   if (consumer == producer) return;
   cudaEvent_t ready = nullptr;
   CUDAPMR_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -133,15 +129,15 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
 
 /// The DLPack capsule of the buffer: 1-D uint8, versioned when the consumer
 /// takes version 1 or later.
-nb::object to_capsule(nb::handle self_object, nb::handle stream, std::optional<std::pair<int, int>> max_version,
+nb::object to_capsule(python_buffer& self, nb::handle stream, std::optional<std::pair<int, int>> max_version,
                       std::optional<std::pair<int, int>> dl_device, std::optional<bool> copy) {
-  python_buffer& self = open_buffer(nb::cast<python_buffer&>(self_object), "__dlpack__");
+  cudapmr::buffer<std::byte>& memory = open_memory(self, "__dlpack__");
   if (copy && *copy)
     throw nb::buffer_error("cudapmr.Buffer.__dlpack__: copy=True is not supported; the memory is shared");
-  DLDevice device = device_of(self);
+  DLDevice device = device_of(memory);
   if (dl_device && (dl_device->first != device.device_type || dl_device->second != device.device_id)) {
     const bool host_wanted = dl_device->first == kDLCPU;
-    if (!(host_wanted && self.memory.resource()->is_host_accessible()))
+    if (!(host_wanted && memory.resource()->is_host_accessible()))
       throw nb::buffer_error(("cudapmr.Buffer.__dlpack__: the memory is on DLPack device (" +
                               std::to_string(device.device_type) + ", " + std::to_string(device.device_id) +
                               "), not (" + std::to_string(dl_device->first) + ", " +
@@ -151,10 +147,9 @@ nb::object to_capsule(nb::handle self_object, nb::handle stream, std::optional<s
   }
   order_for_consumer(self, stream);
 
-  auto* owner = new dlpack_owner{self_object.ptr(), detail::dlpack_extent(self.memory.size())};
-  Py_INCREF(owner->buffer);
+  auto* owner = new dlpack_owner{self.shared, detail::dlpack_extent(memory.size())};
   DLTensor tensor{};
-  tensor.data = self.memory.data();
+  tensor.data = memory.data();
   tensor.device = device;
   tensor.ndim = 1;
   tensor.dtype = DLDataType{kDLUInt, 8, 1};
@@ -197,13 +192,13 @@ class host_view {
 
 constexpr detail::copy_end host_end{memory_kind::pageable, -1};
 
-detail::copy_end end_of(const python_buffer& buffer) {
-  return {buffer.memory.resource()->kind(), buffer.memory.resource()->device_id()};
+detail::copy_end end_of(const cudapmr::buffer<std::byte>& memory) {
+  return {memory.resource()->kind(), memory.resource()->device_id()};
 }
 
 /// The stream an operation runs on: the one named, else the buffer's own.
 stream_ref operation_stream(const python_buffer& self, nb::handle stream) {
-  return stream.is_none() ? self.memory.stream() : stream_ref(stream_handle(stream));
+  return stream.is_none() ? self.stream : stream_ref(stream_handle(stream));
 }
 
 /// Copies `bytes` in stream order without the GIL: a copy to or from pageable
@@ -215,68 +210,97 @@ void copy_unlocked(void* destination, detail::copy_end destination_end, const vo
 }
 
 void copy_between(python_buffer& destination, python_buffer& source, nb::handle stream, const char* operation) {
-  open_buffer(destination, operation);
-  open_buffer(source, operation);
-  detail::check_copy_sizes(operation, destination.memory.size(), source.memory.size(), 1);
-  copy_unlocked(destination.memory.data(), end_of(destination), source.memory.data(), end_of(source),
-                source.memory.size(), operation_stream(source, stream));
+  cudapmr::buffer<std::byte>& to = open_memory(destination, operation);
+  cudapmr::buffer<std::byte>& from = open_memory(source, operation);
+  detail::check_copy_sizes(operation, to.size(), from.size(), 1);
+  copy_unlocked(to.data(), end_of(to), from.data(), end_of(from), from.size(), operation_stream(source, stream));
 }
 
 std::string buffer_repr(const python_buffer& self) {
-  if (!self.memory.is_open()) return "<cudapmr.Buffer closed>";
-  return "<cudapmr.Buffer " + std::to_string(self.memory.size()) + " bytes at " +
-         std::to_string(reinterpret_cast<std::uintptr_t>(self.memory.data())) + " from " +
-         self.memory.resource()->description() + ">";
+  if (!self.shared) return "<cudapmr.Buffer closed>";
+  const cudapmr::buffer<std::byte>& memory = self.shared->memory;
+  return "<cudapmr.Buffer " + std::to_string(memory.size()) + " bytes at " +
+         std::to_string(reinterpret_cast<std::uintptr_t>(memory.data())) + " from " +
+         memory.resource()->description() + ">";
+}
+
+/// A property of the open Buffer's memory, as `read` sees it; closed: `closed_value`.
+template <class Read>
+auto memory_property(Read read, decltype(read(std::declval<const cudapmr::buffer<std::byte>&>())) closed_value) {
+  return [read, closed_value](const python_buffer& self) { return self.shared ? read(self.shared->memory) : closed_value; };
+}
+
+/// A property of the open Buffer's resource, as `read` sees it; closed: refused, naming `name`.
+template <class Read>
+auto resource_property(Read read, const char* name) {
+  return [read, name](python_buffer& self) { return std::invoke(read, *open_memory(self, name).resource()); };
 }
 
 }  // namespace
 
+shared_memory::~shared_memory() {
+  memory.close();
+  if (Py_IsInitialized()) {  // at shutdown the reference is left: the resource may be gone with the interpreter
+    const PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(resource_object_);
+    PyGILState_Release(state);
+  }
+}
+
+void python_buffer::close(stream_ref on) noexcept {
+  if (!shared) return;
+  shared->memory.set_stream(on);
+  // Deferral, not refusal, under a live DLPack export: a `with` block around
+  // from_dlpack is how CuPy and PyTorch code reads, and the consumer's array must stay valid.
+  shared.reset();
+}
+
 python_buffer* allocate_buffer(nb::handle owner, stream_ordered_resource& resource, std::size_t bytes,
                                nb::handle stream) {
-  return new python_buffer{nb::borrow(owner), cudapmr::buffer<std::byte>(resource, bytes, stream_handle(stream))};
+  const stream_ref on = stream_handle(stream);
+  return new python_buffer(std::make_shared<shared_memory>(owner, cudapmr::buffer<std::byte>(resource, bytes, on)),
+                           on);
 }
 
 void bind_buffer(nb::module_& module) {
+  const auto address = [](const cudapmr::buffer<std::byte>& memory) {
+    return reinterpret_cast<std::uintptr_t>(memory.data());
+  };
+  const auto bytes = [](const cudapmr::buffer<std::byte>& memory) { return memory.size(); };
   nb::class_<python_buffer>(module, "Buffer",
-                            "Bytes from a memory resource, freed in stream order when closed (or collected).")
-      .def_prop_ro("handle",
-                   [](const python_buffer& self) { return reinterpret_cast<std::uintptr_t>(self.memory.data()); },
-                   "The address of the memory (an int); 0 once closed.")
-      .def_prop_ro("ptr",
-                   [](const python_buffer& self) { return reinterpret_cast<std::uintptr_t>(self.memory.data()); })
-      .def_prop_ro("size", [](const python_buffer& self) { return self.memory.size(); }, "Bytes; 0 once closed.")
-      .def("__len__", [](const python_buffer& self) { return self.memory.size(); })
-      .def_prop_ro("stream", [](const python_buffer& self) { return stream_int(self.memory.stream()); },
+                            "Bytes from a memory resource, freed in stream order when closed (or collected) and no "
+                            "DLPack consumer still holds them.")
+      .def_prop_ro("handle", memory_property(address, 0), "The address of the memory (an int); 0 once closed.")
+      .def_prop_ro("ptr", memory_property(address, 0))
+      .def_prop_ro("size", memory_property(bytes, 0), "Bytes; 0 once closed.")
+      .def("__len__", memory_property(bytes, 0))
+      .def_prop_ro("stream", [](const python_buffer& self) { return stream_int(self.stream); },
                    "The stream it was allocated on and is freed on by default (an int handle).")
-      .def("set_stream",
-           [](python_buffer& self, nb::handle stream) { self.memory.set_stream(stream_handle(stream)); },
-           "stream"_a.none())
-      .def_prop_ro("is_open", [](const python_buffer& self) { return self.memory.is_open(); })
+      .def(
+          "set_stream", [](python_buffer& self, nb::handle stream) { self.stream = stream_handle(stream); },
+          "stream"_a.none())
+      .def_prop_ro("is_open", [](const python_buffer& self) { return self.shared != nullptr; })
       .def_prop_ro("memory_resource",
-                   [](const python_buffer& self) { return self.memory.is_open() ? self.resource_object : nb::none(); })
-      .def_prop_ro("kind",
-                   [](python_buffer& self) {
-                     return std::string(to_string(open_buffer(self, "kind").memory.resource()->kind()));
+                   [](const python_buffer& self) {
+                     return self.shared ? nb::borrow(self.shared->resource_object()) : nb::none();
                    })
-      .def_prop_ro("device_id",
-                   [](python_buffer& self) { return open_buffer(self, "device_id").memory.resource()->device_id(); })
+      .def_prop_ro("kind", resource_property([](const stream_ordered_resource& resource) {
+                     return std::string(to_string(resource.kind()));
+                   }, "kind"))
+      .def_prop_ro("device_id", resource_property(&stream_ordered_resource::device_id, "device_id"))
       .def_prop_ro("is_device_accessible",
-                   [](python_buffer& self) {
-                     return open_buffer(self, "is_device_accessible").memory.resource()->is_device_accessible();
-                   })
+                   resource_property(&stream_ordered_resource::is_device_accessible, "is_device_accessible"))
       .def_prop_ro("is_host_accessible",
-                   [](python_buffer& self) {
-                     return open_buffer(self, "is_host_accessible").memory.resource()->is_host_accessible();
-                   })
+                   resource_property(&stream_ordered_resource::is_host_accessible, "is_host_accessible"))
       .def(
           "copy_to",
-          [](nb::handle self_object, nb::handle destination, nb::handle stream) -> nb::object {
-            python_buffer& self = open_buffer(nb::cast<python_buffer&>(self_object), "copy_to");
+          [](python_buffer& self, nb::handle destination, nb::handle stream) -> nb::object {
+            cudapmr::buffer<std::byte>& memory = open_memory(self, "copy_to");
             if (destination.is_none()) {
-              nb::object fresh = nb::cast(
-                  allocate_buffer(self.resource_object, *self.memory.resource(), self.memory.size(),
-                                  nb::int_(stream_int(operation_stream(self, stream)))),
-                  nb::rv_policy::take_ownership);
+              nb::object fresh = nb::cast(allocate_buffer(self.shared->resource_object(), *memory.resource(),
+                                                          memory.size(),
+                                                          nb::int_(stream_int(operation_stream(self, stream)))),
+                                          nb::rv_policy::take_ownership);
               copy_between(nb::cast<python_buffer&>(fresh), self, stream, "copy_to");
               return fresh;
             }
@@ -285,8 +309,8 @@ void bind_buffer(nb::module_& module) {
               return nb::borrow(destination);
             }
             const host_view view(destination, true);
-            detail::check_copy_sizes("copy_to (host object)", view.bytes(), self.memory.size(), 1);
-            copy_unlocked(view.data(), host_end, self.memory.data(), end_of(self), self.memory.size(),
+            detail::check_copy_sizes("copy_to (host object)", view.bytes(), memory.size(), 1);
+            copy_unlocked(view.data(), host_end, memory.data(), end_of(memory), memory.size(),
                           operation_stream(self, stream));
             return nb::borrow(destination);
           },
@@ -296,14 +320,14 @@ void bind_buffer(nb::module_& module) {
       .def(
           "copy_from",
           [](python_buffer& self, nb::handle source, nb::handle stream) {
-            open_buffer(self, "copy_from");
+            cudapmr::buffer<std::byte>& memory = open_memory(self, "copy_from");
             if (nb::isinstance<python_buffer>(source)) {
               copy_between(self, nb::cast<python_buffer&>(source), stream, "copy_from");
               return;
             }
             const host_view view(source, false);
-            detail::check_copy_sizes("copy_from (host object)", self.memory.size(), view.bytes(), 1);
-            copy_unlocked(self.memory.data(), end_of(self), view.data(), host_end, view.bytes(),
+            detail::check_copy_sizes("copy_from (host object)", memory.size(), view.bytes(), 1);
+            copy_unlocked(memory.data(), end_of(memory), view.data(), host_end, view.bytes(),
                           operation_stream(self, stream));
           },
           "src"_a, nb::kw_only(), "stream"_a.none() = nb::none(),
@@ -311,11 +335,11 @@ void bind_buffer(nb::module_& module) {
       .def(
           "fill",
           [](python_buffer& self, std::uint32_t value, std::size_t width, nb::handle stream) {
-            open_buffer(self, "fill");
+            cudapmr::buffer<std::byte>& memory = open_memory(self, "fill");
             if (width != 1 && width != 2 && width != 4)
               throw nb::value_error(("fill: width " + std::to_string(width) + " is none of 1, 2, 4").c_str());
-            if (self.memory.size() % width != 0)
-              throw nb::value_error(("fill: " + std::to_string(self.memory.size()) +
+            if (memory.size() % width != 0)
+              throw nb::value_error(("fill: " + std::to_string(memory.size()) +
                                      " bytes are not a whole number of " + std::to_string(width) + "-byte values")
                                         .c_str());
             if (width < 4 && value >> (8 * width) != 0)
@@ -329,46 +353,46 @@ void bind_buffer(nb::module_& module) {
                                                : static_cast<const void*>(&value);
             const stream_ref on = operation_stream(self, stream);
             nb::gil_scoped_release unlocked;  // pageable memory is filled by the host
-            detail::fill_pattern(self.memory.data(), self.memory.size() / width, pattern, width,
-                                 self.memory.resource()->kind(), on);
+            detail::fill_pattern(memory.data(), memory.size() / width, pattern, width, memory.resource()->kind(), on);
           },
           "value"_a, "width"_a = 1, nb::kw_only(), "stream"_a.none() = nb::none(),
           "Sets every `width`-byte value (1, 2 or 4) to `value`, in stream order.")
       .def(
           "prefetch_to_device",
           [](python_buffer& self, int device, nb::handle stream) {
-            open_buffer(self, "prefetch_to_device");
-            detail::require_managed_kind(self.memory.resource()->kind(), "prefetch_to_device");
-            detail::prefetch_managed(self.memory.data(), self.memory.size(), memory_location::device(device),
+            cudapmr::buffer<std::byte>& memory = open_memory(self, "prefetch_to_device");
+            detail::require_managed_kind(memory.resource()->kind(), "prefetch_to_device");
+            detail::prefetch_managed(memory.data(), memory.size(), memory_location::device(device),
                                      operation_stream(self, stream), "prefetch_to_device");
           },
           "device_id"_a, nb::kw_only(), "stream"_a.none() = nb::none())
       .def(
           "prefetch_to_host",
           [](python_buffer& self, nb::handle stream) {
-            open_buffer(self, "prefetch_to_host");
-            detail::require_managed_kind(self.memory.resource()->kind(), "prefetch_to_host");
-            detail::prefetch_managed(self.memory.data(), self.memory.size(), memory_location::host(),
+            cudapmr::buffer<std::byte>& memory = open_memory(self, "prefetch_to_host");
+            detail::require_managed_kind(memory.resource()->kind(), "prefetch_to_host");
+            detail::prefetch_managed(memory.data(), memory.size(), memory_location::host(),
                                      operation_stream(self, stream), "prefetch_to_host");
           },
           nb::kw_only(), "stream"_a.none() = nb::none())
       .def(
-          "close",
-          [](python_buffer& self, nb::handle stream) {
-            if (!self.memory.is_open()) return;
-            self.memory.close(operation_stream(self, stream));
-          },
+          "close", [](python_buffer& self, nb::handle stream) { self.close(operation_stream(self, stream)); },
           "stream"_a.none() = nb::none(),
-          "Frees the memory in stream order on `stream` (None: the buffer's own). Closing twice does nothing.")
+          "Frees the memory in stream order on `stream` (None: the buffer's own). Closing twice does nothing. "
+          "While a DLPack consumer (a NumPy, CuPy or PyTorch array) still holds the memory, the Buffer closes "
+          "at once and the free waits for the last consumer to let go; it is then made on this `stream`, so "
+          "order the consumer's work before it.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def(
-          "__exit__", [](python_buffer& self, nb::args) { self.memory.close(); })
+          "__exit__", [](python_buffer& self, nb::args) { self.close(self.stream); },
+          "Closes on the buffer's stream: freed now, or once the last DLPack consumer lets go.")
       .def("__dlpack__", &to_capsule, nb::kw_only(), "stream"_a.none() = nb::none(),
            "max_version"_a.none() = nb::none(), "dl_device"_a.none() = nb::none(), "copy"_a.none() = nb::none(),
-           "A DLPack capsule of the bytes (1-D uint8), ordered before the consumer's `stream`.")
+           "A DLPack capsule of the bytes (1-D uint8), ordered before the consumer's `stream`; the consumer "
+           "owns a share of the memory, which outlives close() until it lets go.")
       .def("__dlpack_device__",
            [](python_buffer& self) {
-             const DLDevice device = device_of(open_buffer(self, "__dlpack_device__"));
+             const DLDevice device = device_of(open_memory(self, "__dlpack_device__"));
              return std::make_tuple(static_cast<int>(device.device_type), device.device_id);
            })
       .def("__repr__", &buffer_repr);

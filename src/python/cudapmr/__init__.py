@@ -6,7 +6,7 @@ stream-ordered buffers with DLPack, and plug-ins for cuda.core
     import cudapmr
     cache = cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))
     with cache.allocate(1 << 20, stream=stream) as buffer:
-        array = cupy.from_dlpack(buffer)
+        array = cupy.from_dlpack(buffer)  # owns a share: valid after the block, freed when dropped
 """
 
 from ._cudapmr import (

@@ -3,6 +3,9 @@
 into NumPy, stream arguments and argument checks."""
 
 import gc
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import needs, no_gpu
@@ -198,6 +201,18 @@ def test_with_block_leaves_exported_memory_to_every_consumer(host):
     del unconsumed
     gc.collect()
     assert counted.statistics().bytes.current == 0 and host.used_bytes == 0
+
+
+@pytest.mark.parametrize("scenario", ["copy_from_host_object", "copy_to_host_object", "copy_between_buffers",
+                                      "copy_to_new_buffer", "fill"])
+def test_a_buffer_closed_during_a_call_without_the_gil_stays_until_the_call_returns(scenario):
+    script = Path(__file__).with_name("close_during_call.py")
+    # A child process: without the guarantee the call touches unmapped memory and dies.
+    child = subprocess.run([sys.executable, str(script), scenario], capture_output=True, text=True, timeout=600,
+                           cwd=script.parent)
+    if child.returncode == 3:
+        pytest.skip(f"userfaultfd is refused here: {child.stdout.strip()}")
+    assert (child.returncode, child.stdout.strip()) == (0, "ok"), f"exit {child.returncode}: {child.stderr[-2000:]}"
 
 
 class ProtocolStream:

@@ -80,6 +80,14 @@ cudapmr::buffer<std::byte>& open_memory(python_buffer& self, const char* operati
   return self.shared->memory;
 }
 
+/// A share of an open Buffer's memory for a call that uses it without the
+/// GIL: a close() from another thread meanwhile leaves the free to the share.
+/// \throws std::invalid_argument naming `operation` once the Buffer is closed.
+std::shared_ptr<shared_memory> pin(python_buffer& self, const char* operation) {
+  if (!self.shared) detail::throw_closed_buffer(operation);
+  return self.shared;
+}
+
 /// The DLPack device of the buffer's memory.
 DLDevice device_of(const cudapmr::buffer<std::byte>& memory) {
   const stream_ordered_resource& resource = *memory.resource();
@@ -131,7 +139,9 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
 /// takes version 1 or later.
 nb::object to_capsule(python_buffer& self, nb::handle stream, std::optional<std::pair<int, int>> max_version,
                       std::optional<std::pair<int, int>> dl_device, std::optional<bool> copy) {
-  cudapmr::buffer<std::byte>& memory = open_memory(self, "__dlpack__");
+  // Pinned: a consumer's stream is waited for without the GIL.
+  const std::shared_ptr<shared_memory> pinned = pin(self, "__dlpack__");
+  cudapmr::buffer<std::byte>& memory = pinned->memory;
   if (copy && *copy)
     throw nb::buffer_error("cudapmr.Buffer.__dlpack__: copy=True is not supported; the memory is shared");
   DLDevice device = device_of(memory);
@@ -147,7 +157,7 @@ nb::object to_capsule(python_buffer& self, nb::handle stream, std::optional<std:
   }
   order_for_consumer(self, stream);
 
-  auto* owner = new dlpack_owner{self.shared, detail::dlpack_extent(memory.size())};
+  auto* owner = new dlpack_owner{pinned, detail::dlpack_extent(memory.size())};
   DLTensor tensor{};
   tensor.data = memory.data();
   tensor.device = device;
@@ -202,7 +212,7 @@ stream_ref operation_stream(const python_buffer& self, nb::handle stream) {
 }
 
 /// Copies `bytes` in stream order without the GIL: a copy to or from pageable
-/// memory waits for the stream. The caller keeps both ends alive.
+/// memory waits for the stream. The caller pins both ends.
 void copy_unlocked(void* destination, detail::copy_end destination_end, const void* source,
                    detail::copy_end source_end, std::size_t bytes, stream_ref stream) {
   nb::gil_scoped_release unlocked;
@@ -210,10 +220,11 @@ void copy_unlocked(void* destination, detail::copy_end destination_end, const vo
 }
 
 void copy_between(python_buffer& destination, python_buffer& source, nb::handle stream, const char* operation) {
-  cudapmr::buffer<std::byte>& to = open_memory(destination, operation);
-  cudapmr::buffer<std::byte>& from = open_memory(source, operation);
-  detail::check_copy_sizes(operation, to.size(), from.size(), 1);
-  copy_unlocked(to.data(), end_of(to), from.data(), end_of(from), from.size(), operation_stream(source, stream));
+  const std::shared_ptr<shared_memory> to = pin(destination, operation);
+  const std::shared_ptr<shared_memory> from = pin(source, operation);
+  detail::check_copy_sizes(operation, to->memory.size(), from->memory.size(), 1);
+  copy_unlocked(to->memory.data(), end_of(to->memory), from->memory.data(), end_of(from->memory),
+                from->memory.size(), operation_stream(source, stream));
 }
 
 std::string buffer_repr(const python_buffer& self) {
@@ -295,7 +306,8 @@ void bind_buffer(nb::module_& module) {
       .def(
           "copy_to",
           [](python_buffer& self, nb::handle destination, nb::handle stream) -> nb::object {
-            cudapmr::buffer<std::byte>& memory = open_memory(self, "copy_to");
+            const std::shared_ptr<shared_memory> pinned = pin(self, "copy_to");
+            cudapmr::buffer<std::byte>& memory = pinned->memory;
             if (destination.is_none()) {
               nb::object fresh = nb::cast(allocate_buffer(self.shared->resource_object(), *memory.resource(),
                                                           memory.size(),
@@ -320,7 +332,8 @@ void bind_buffer(nb::module_& module) {
       .def(
           "copy_from",
           [](python_buffer& self, nb::handle source, nb::handle stream) {
-            cudapmr::buffer<std::byte>& memory = open_memory(self, "copy_from");
+            const std::shared_ptr<shared_memory> pinned = pin(self, "copy_from");
+            cudapmr::buffer<std::byte>& memory = pinned->memory;
             if (nb::isinstance<python_buffer>(source)) {
               copy_between(self, nb::cast<python_buffer&>(source), stream, "copy_from");
               return;
@@ -335,7 +348,8 @@ void bind_buffer(nb::module_& module) {
       .def(
           "fill",
           [](python_buffer& self, std::uint32_t value, std::size_t width, nb::handle stream) {
-            cudapmr::buffer<std::byte>& memory = open_memory(self, "fill");
+            const std::shared_ptr<shared_memory> pinned = pin(self, "fill");
+            cudapmr::buffer<std::byte>& memory = pinned->memory;
             if (width != 1 && width != 2 && width != 4)
               throw nb::value_error(("fill: width " + std::to_string(width) + " is none of 1, 2, 4").c_str());
             if (memory.size() % width != 0)

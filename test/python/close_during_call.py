@@ -17,7 +17,7 @@ from userfault import PauseOnTouch, Region, Unavailable
 
 import cudapmr
 
-UNAVAILABLE = 3
+UNAVAILABLE = 3  # conftest.UNAVAILABLE
 SIZE = 64 << 20
 PAGE = 4096
 

@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared markers: GPU tests are skipped, visibly, where no CUDA device exists."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import cudapmr
@@ -14,3 +18,20 @@ no_gpu = pytest.mark.skipif(HAS_GPU, reason="checks the behaviour where no CUDA 
 def needs(module_name):
     """The module, or a skip naming it where it is not installed."""
     return pytest.importorskip(module_name, reason=f"needs {module_name}")
+
+
+UNAVAILABLE = 3  # what a child script exits with where this machine cannot run its scenario
+
+
+def run_child(script, scenario):
+    """Runs ``scenario`` of ``script`` (a file beside this one) in a child
+    process, which a failure may crash or deadlock: passes when it prints
+    ``ok``, skips when it exits with UNAVAILABLE, else fails with its output."""
+    path = Path(__file__).with_name(script)
+    # The timeout only stops a hang that the child's own watchdog missed.
+    child = subprocess.run([sys.executable, str(path), scenario], capture_output=True, text=True, timeout=600,
+                           cwd=path.parent)
+    if child.returncode == UNAVAILABLE:
+        pytest.skip(f"{script} {scenario}: {child.stdout.strip()}")
+    assert (child.returncode, child.stdout.strip()) == (0, "ok"), (
+        f"{script} {scenario} exited {child.returncode}: {child.stdout[-2000:]}{child.stderr[-4000:]}")

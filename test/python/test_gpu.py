@@ -6,7 +6,7 @@ import ctypes
 import gc
 
 import pytest
-from conftest import gpu, needs
+from conftest import gpu, needs, run_child
 
 import cudapmr
 
@@ -259,3 +259,8 @@ def test_argument_errors_on_gpu(stream):
             buffer.prefetch_to_host(stream=stream)
         with pytest.raises(BufferError):
             buffer.__dlpack__(dl_device=(1, 0))
+
+
+@pytest.mark.parametrize("scenario", ["device_close", "device_exit", "device_dropped", "device_consumer_lets_go"])
+def test_a_free_waiting_for_a_host_function_that_needs_the_gil_does_not_deadlock(scenario):
+    run_child("blocking_calls.py", scenario)

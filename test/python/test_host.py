@@ -3,12 +3,9 @@
 into NumPy, stream arguments and argument checks."""
 
 import gc
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from conftest import needs, no_gpu
+from conftest import needs, no_gpu, run_child
 
 import cudapmr
 
@@ -206,13 +203,16 @@ def test_with_block_leaves_exported_memory_to_every_consumer(host):
 @pytest.mark.parametrize("scenario", ["copy_from_host_object", "copy_to_host_object", "copy_between_buffers",
                                       "copy_to_new_buffer", "fill"])
 def test_a_buffer_closed_during_a_call_without_the_gil_stays_until_the_call_returns(scenario):
-    script = Path(__file__).with_name("close_during_call.py")
-    # A child process: without the guarantee the call touches unmapped memory and dies.
-    child = subprocess.run([sys.executable, str(script), scenario], capture_output=True, text=True, timeout=600,
-                           cwd=script.parent)
-    if child.returncode == 3:
-        pytest.skip(f"userfaultfd is refused here: {child.stdout.strip()}")
-    assert (child.returncode, child.stdout.strip()) == (0, "ok"), f"exit {child.returncode}: {child.stderr[-2000:]}"
+    run_child("close_during_call.py", scenario)  # without the guarantee the call touches unmapped memory and dies
+
+
+@pytest.mark.parametrize("scenario", ["allocate_and_close", "allocate_and_exit", "dropped", "copy_to_new_buffers",
+                                      "raw", "deallocate_checked", "consumer_lets_go", "flush", "caching_release",
+                                      "coalescing_release"])
+def test_calls_that_block_release_the_gil(scenario):
+    if scenario == "consumer_lets_go":
+        needs("numpy")
+    run_child("blocking_calls.py", scenario)  # a call that blocks with the GIL deadlocks
 
 
 class ProtocolStream:

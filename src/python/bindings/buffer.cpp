@@ -235,6 +235,22 @@ std::string buffer_repr(const python_buffer& self) {
          memory.resource()->description() + ">";
 }
 
+/// Releases the GIL for its lifetime where this thread holds it: the last
+/// share of a Buffer's memory may be dropped with or without it.
+class gil_released_if_held {
+ public:
+  gil_released_if_held() noexcept
+      : state_(Py_IsInitialized() && PyGILState_Check() != 0 ? PyEval_SaveThread() : nullptr) {}
+  ~gil_released_if_held() {
+    if (state_ != nullptr) PyEval_RestoreThread(state_);
+  }
+  gil_released_if_held(const gil_released_if_held&) = delete;
+  gil_released_if_held& operator=(const gil_released_if_held&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 /// A property of the open Buffer's memory, as `read` sees it; closed: `closed_value`.
 template <class Read>
 auto memory_property(Read read, decltype(read(std::declval<const cudapmr::buffer<std::byte>&>())) closed_value) {
@@ -250,7 +266,11 @@ auto resource_property(Read read, const char* name) {
 }  // namespace
 
 shared_memory::~shared_memory() {
-  memory.close();
+  {
+    // A free may wait for the device, and a host callback queued before it may need the GIL.
+    const gil_released_if_held unlocked;
+    memory.close();
+  }
   if (Py_IsInitialized()) {  // at shutdown the reference is left: the resource may be gone with the interpreter
     const PyGILState_STATE state = PyGILState_Ensure();
     Py_DECREF(resource_object_);
@@ -269,8 +289,12 @@ void python_buffer::close(stream_ref on) noexcept {
 python_buffer* allocate_buffer(nb::handle owner, stream_ordered_resource& resource, std::size_t bytes,
                                nb::handle stream) {
   const stream_ref on = stream_handle(stream);
-  return new python_buffer(std::make_shared<shared_memory>(owner, cudapmr::buffer<std::byte>(resource, bytes, on)),
-                           on);
+  std::optional<cudapmr::buffer<std::byte>> memory;
+  {
+    nb::gil_scoped_release unlocked;  // an allocation may wait for the device (a trim, a synchronous upstream)
+    memory.emplace(resource, bytes, on);
+  }
+  return new python_buffer(std::make_shared<shared_memory>(owner, std::move(*memory)), on);
 }
 
 void bind_buffer(nb::module_& module) {

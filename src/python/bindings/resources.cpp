@@ -124,7 +124,9 @@ void bind_coalescing_statistics(nb::module_& module) {
       });
 }
 
-/// The base class: what every resource and adaptor offers.
+/// The base class: what every resource and adaptor offers. Every call that
+/// may block (an allocation or free can wait for the device or a file)
+/// releases the GIL, so that host callbacks and other threads that need it go on.
 void bind_base(nb::module_& module) {
   nb::class_<stream_ordered_resource>(
       module, "MemoryResource",
@@ -140,8 +142,10 @@ void bind_base(nb::module_& module) {
       .def(
           "allocate_raw",
           [](stream_ordered_resource& self, std::int64_t bytes, nb::handle stream, std::size_t alignment) {
-            return reinterpret_cast<std::uintptr_t>(
-                self.allocate_async(byte_count(bytes, "allocate_raw"), alignment, stream_handle(stream)));
+            const std::size_t checked = byte_count(bytes, "allocate_raw");
+            const cudaStream_t on = stream_handle(stream);
+            nb::gil_scoped_release unlocked;
+            return reinterpret_cast<std::uintptr_t>(self.allocate_async(checked, alignment, on));
           },
           "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Allocates `nbytes` in stream order on `stream` and returns the address (an int).")
@@ -149,8 +153,10 @@ void bind_base(nb::module_& module) {
           "deallocate_raw",
           [](stream_ordered_resource& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
              std::size_t alignment) {
-            self.deallocate_async(reinterpret_cast<void*>(pointer), byte_count(bytes, "deallocate_raw"), alignment,
-                                  stream_handle(stream));
+            const std::size_t checked = byte_count(bytes, "deallocate_raw");
+            const cudaStream_t on = stream_handle(stream);
+            nb::gil_scoped_release unlocked;
+            self.deallocate_async(reinterpret_cast<void*>(pointer), checked, alignment, on);
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Frees an address from allocate_raw in stream order on `stream`; sizes must match. Never raises for "
@@ -356,8 +362,10 @@ void bind_adaptors(nb::module_& module) {
           "deallocate_checked",
           [](tracking_adaptor& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
              std::size_t alignment) {
-            self.deallocate_checked(reinterpret_cast<void*>(pointer), byte_count(bytes, "deallocate_checked"),
-                                    alignment, stream_handle(stream));
+            const std::size_t checked = byte_count(bytes, "deallocate_checked");
+            const cudaStream_t on = stream_handle(stream);
+            nb::gil_scoped_release unlocked;
+            self.deallocate_checked(reinterpret_cast<void*>(pointer), checked, alignment, on);
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")
@@ -375,7 +383,7 @@ void bind_adaptors(nb::module_& module) {
           },
           "upstream"_a, "path"_a, nb::kw_only(), "buffer_bytes"_a = logging_options{}.buffer_bytes,
           nb::keep_alive<1, 2>())
-      .def("flush", &logging_adaptor::flush);
+      .def("flush", &logging_adaptor::flush, nb::call_guard<nb::gil_scoped_release>());
 }
 
 void bind_current_resource(nb::module_& module) {

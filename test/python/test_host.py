@@ -345,13 +345,19 @@ def test_dlpack_stream_values(host):
             assert "dltensor" in repr(buffer.__dlpack__(stream=stream))
 
 
-def test_torch_entry_points_load_from_the_module_and_use_the_registered_resource():
+def torch_entry_points():
+    """cudapmr_torch_malloc and cudapmr_torch_free, loaded as CUDAPluggableAllocator does with library_path()."""
     import ctypes
 
-    library = ctypes.CDLL(cudapmr._cudapmr.__file__)  # what CUDAPluggableAllocator does with library_path()
+    library = ctypes.CDLL(cudapmr._cudapmr.__file__)
     malloc, free = library.cudapmr_torch_malloc, library.cudapmr_torch_free
     malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
     free.restype, free.argtypes = None, [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    return malloc, free
+
+
+def test_torch_entry_points_load_from_the_module_and_use_the_registered_resource():
+    malloc, free = torch_entry_points()
     assert malloc(64, 5, None) is None  # nothing registered for device 5
     assert "device 5" in cudapmr._cudapmr._torch_last_error()
     host = cudapmr.HostMemoryResource(capacity=1024)
@@ -365,6 +371,26 @@ def test_torch_entry_points_load_from_the_module_and_use_the_registered_resource
     finally:
         cudapmr._cudapmr._torch_set_resource(5, None)
     assert malloc(64, 5, None) is None
+
+
+def test_torch_free_returns_memory_to_the_resource_that_allocated_it():
+    malloc, free = torch_entry_points()
+    first, second = cudapmr.HostMemoryResource(), cudapmr.HostMemoryResource()
+    cudapmr._cudapmr._torch_set_resource(6, first)
+    try:
+        early = malloc(512, 6, None)
+        cudapmr._cudapmr._torch_set_resource(6, second)  # blocks of the first are still out
+        late = malloc(256, 6, None)
+        assert (first.used_bytes, second.used_bytes) == (512, 256)
+        free(early, 512, 6, None)
+        assert (first.used_bytes, second.used_bytes) == (0, 256)
+        cudapmr._cudapmr._torch_set_resource(6, None)
+        free(late, 256, 6, None)  # after unregistering too
+        assert second.used_bytes == 0
+        free(late, 256, 6, None)  # a second free of the block reaches no resource
+        assert second.used_bytes == 0 and "not allocated by cudapmr_torch_malloc" in cudapmr._cudapmr._torch_last_error()
+    finally:
+        cudapmr._cudapmr._torch_set_resource(6, None)
 
 
 def test_bad_alignment_names_the_value(host):

@@ -12,6 +12,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <nanobind/stl/string.h>
 
@@ -26,7 +27,13 @@ constexpr int max_devices = 64;
 /// The resource of each device; null where none is registered.
 std::array<std::atomic<stream_ordered_resource*>, max_devices> torch_resources{};
 
-/// The message of the last refused allocation, for Python to show.
+/// The resource each block came from: a block goes back there even after
+/// another resource is registered for its device. Registered resources are
+/// never destroyed, so the pointers stay valid.
+std::mutex owners_mutex;
+std::unordered_map<void*, stream_ordered_resource*> owners;
+
+/// The message of the last refused allocation or free, for Python to show.
 std::mutex last_error_mutex;
 std::string last_error;
 
@@ -82,9 +89,16 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
                                       " (cudapmr.torch.allocator(resource) registers one)");
     return nullptr;
   }
+  void* pointer = nullptr;
   try {
-    return resource->allocate_async(bytes, stream);
+    pointer = resource->allocate_async(bytes, stream);
+    if (pointer != nullptr) {
+      const std::lock_guard lock(cudapmr::python::owners_mutex);
+      cudapmr::python::owners.emplace(pointer, resource);
+    }
+    return pointer;
   } catch (const std::exception& error) {
+    if (pointer != nullptr) resource->deallocate_async(pointer, bytes, stream);  // its owner could not be recorded
     cudapmr::python::remember_failure(error.what());
   } catch (...) {
     cudapmr::python::remember_failure("unknown error allocating " + std::to_string(bytes) + " bytes");
@@ -92,9 +106,29 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
   return nullptr;
 }
 
-/// Frees in stream order on `stream` what cudapmr_torch_malloc gave. Never throws.
+/// Frees in stream order on `stream`, into the resource that allocated it,
+/// what cudapmr_torch_malloc gave; another pointer is left alone, with a
+/// message on stderr. Never throws.
 extern "C" __attribute__((visibility("default"))) void cudapmr_torch_free(void* pointer, std::size_t bytes,
                                                                            int device, cudaStream_t stream) {
-  if (cudapmr::stream_ordered_resource* resource = cudapmr::python::resource_of(device))
-    resource->deallocate_async(pointer, bytes, stream);
+  if (pointer == nullptr) return;
+  cudapmr::stream_ordered_resource* resource = nullptr;
+  {
+    const std::lock_guard lock(cudapmr::python::owners_mutex);
+    if (const auto found = cudapmr::python::owners.find(pointer); found != cudapmr::python::owners.end()) {
+      resource = found->second;
+      cudapmr::python::owners.erase(found);
+    }
+  }
+  if (resource == nullptr) {
+    try {
+      cudapmr::python::remember_failure("cudapmr_torch_free: " + std::to_string(bytes) + " bytes at " +
+                                        std::to_string(reinterpret_cast<std::uintptr_t>(pointer)) + " on device " +
+                                        std::to_string(device) +
+                                        " were not allocated by cudapmr_torch_malloc; not freed");
+    } catch (...) {  // no memory for the message: the pointer is still left alone
+    }
+    return;
+  }
+  resource->deallocate_async(pointer, bytes, stream);
 }

@@ -15,10 +15,11 @@ exports. Use it for one pool, or for the whole process:
     torch.cuda.memory.change_current_allocator(allocator)
 
 PyTorch allocates and frees in stream order on its current stream, which is
-what cudapmr's stream-ordered resources expect. One resource serves a device
-at a time: register another only once the memory of the first is freed. A
-registered resource lives until the process ends, since PyTorch may free into
-it as late as the interpreter's shutdown.
+what cudapmr's stream-ordered resources expect. One resource serves a
+device's new allocations at a time; registering another leaves the blocks of
+the first to be freed into the first. A registered resource lives until the
+process ends, since PyTorch may free into it as late as the interpreter's
+shutdown.
 
 A refused allocation returns null to PyTorch. In a ``MemPool`` PyTorch frees
 its cached blocks, retries and then raises ``torch.OutOfMemoryError``; after

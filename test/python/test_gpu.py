@@ -264,3 +264,62 @@ def test_argument_errors_on_gpu(stream):
 @pytest.mark.parametrize("scenario", ["device_close", "device_exit", "device_dropped", "device_consumer_lets_go"])
 def test_a_free_waiting_for_a_host_function_that_needs_the_gil_does_not_deadlock(scenario):
     run_child("blocking_calls.py", scenario)
+
+
+class CupyConsumer:
+    """DLPack into CuPy, on the legacy default stream like the Buffers."""
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    def take(self, buffer):
+        return self.cupy.from_dlpack(buffer)
+
+    def read(self, array):
+        return self.cupy.asnumpy(array).tobytes()
+
+    def write(self, array, value):
+        array.fill(value)
+        self.cupy.cuda.runtime.deviceSynchronize()
+
+    def settle(self):
+        self.cupy.cuda.runtime.deviceSynchronize()
+
+
+class TorchConsumer:
+    def __init__(self, torch):
+        self.torch = torch
+
+    def take(self, buffer):
+        return self.torch.from_dlpack(buffer)
+
+    def read(self, array):
+        return array.cpu().numpy().tobytes()
+
+    def write(self, array, value):
+        array.fill_(value)
+        self.torch.cuda.synchronize()
+
+    def settle(self):
+        self.torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("consumer", ["cupy", "torch"])
+@pytest.mark.parametrize("stack", ["device", "caching", "coalescing"])
+def test_random_programs_on_ten_threads_keep_contents_and_statistics(stack, consumer):
+    needs("hypothesis")
+    module = needs(consumer)
+    from buffer_model import check_programs, programs
+    from hypothesis import given
+
+    make_consumer = CupyConsumer if consumer == "cupy" else TorchConsumer
+    stacks = {"device": lambda: cudapmr.DeviceMemoryResource(0),
+              "caching": lambda: cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)),
+              "coalescing": lambda: cudapmr.CoalescingResource(cudapmr.DeviceMallocResource(0))}
+
+    @given(thread_programs=programs(10))
+    def check(thread_programs):
+        counted = cudapmr.StatisticsAdaptor(stacks[stack]())
+        check_programs(counted, make_consumer(module), thread_programs)
+
+    check()

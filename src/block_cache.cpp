@@ -137,9 +137,8 @@ block_cache::~block_cache() {
 
 block_cache::stream_key block_cache::key_of(stream_ref stream, stream_ordering& ordering) noexcept {
   const cudaStream_t handle = stream.get();
-  if (!is_default_stream(handle)) return {handle, std::thread::id{}, -1};
-  return {handle, handle == cudaStreamPerThread ? std::this_thread::get_id() : std::thread::id{},
-          ordering.current_device()};
+  if (!is_default_stream(handle)) return {handle, 0, -1};
+  return {handle, handle == cudaStreamPerThread ? thread_ordinal() : 0, ordering.current_device()};
 }
 
 block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
@@ -152,7 +151,7 @@ block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
   const stream_key key = key_of(stream, ordering_);
   // Stream handles are pointers to aligned objects: drop the low bits, mix the rest.
   auto bits = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(key.stream) >> 4);
-  bits ^= static_cast<std::uint64_t>(std::hash<std::thread::id>{}(key.thread));
+  bits ^= key.thread;
   bits ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(key.device)) << 32;
   bits *= 0x9e3779b97f4a7c15ull;
   entry_shard& home = entries_[static_cast<std::size_t>(bits >> 58)];  // the top 6 bits: 64 shards

@@ -664,6 +664,36 @@ TEST(CachingResource, PerThreadDefaultStreamIsCachedPerThread) {
   cache.deallocate_async(freed_by_main, 2048, cudaStreamPerThread);
 }
 
+TEST(CachingResource, ANewThreadNeverGetsTheBlocksOfAnEndedThreadsPerThreadStream) {
+  // An ended thread's per-thread default stream may still run its work; a new
+  // thread (which glibc often gives the same std::thread::id) has a stream of its own.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    void* ended_threads_block = nullptr;
+    std::thread::id ended_id;
+    std::thread([&] {
+      ended_id = std::this_thread::get_id();
+      settle(cache, cudaStreamPerThread, 2048);
+      ended_threads_block = cache.allocate_async(2048, cudaStreamPerThread);
+      cache.deallocate_async(ended_threads_block, 2048, cudaStreamPerThread);  // kept for its stream alone
+    }).join();
+    void* new_threads_block = nullptr;
+    std::thread::id new_id;
+    std::thread([&] {
+      new_id = std::this_thread::get_id();
+      new_threads_block = cache.allocate_async(2048, cudaStreamPerThread);
+      cache.deallocate_async(new_threads_block, 2048, cudaStreamPerThread);
+    }).join();
+    if (new_id != ended_id) continue;
+    EXPECT_NE(new_threads_block, ended_threads_block) << "the new thread took the ended thread's block unordered";
+    cache.release();
+    return;
+  }
+  GTEST_SKIP() << "no thread id came back in 50 threads here: nothing to check";
+}
+
 TEST(CachingResource, SixteenThreadsOnTheirOwnStreamsNeverShareALiveBlock) {
   host_memory_resource upstream;
   caching_resource cache(upstream);

@@ -17,7 +17,6 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -168,10 +167,12 @@ class block_cache {
   [[nodiscard]] std::uint64_t cross_stream_reuses() const noexcept { return cross_.load(std::memory_order_relaxed); }
 
   /// The streams of a cache are told apart by handle; the default streams
-  /// (0, legacy, per-thread) by device, and the per-thread one by thread too.
+  /// (0, legacy, per-thread) by device, and the per-thread one by thread too,
+  /// by an ordinal never reused (a new thread may get an ended one's
+  /// std::thread::id while that thread's stream still runs its work).
   struct stream_key {
     cudaStream_t stream;
-    std::thread::id thread;
+    std::uint64_t thread;
     int device;
     friend bool operator==(const stream_key&, const stream_key&) = default;
     /// Any strict order, for ordered containers of streams.

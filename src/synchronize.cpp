@@ -2,6 +2,7 @@
 #include "cudapmr/detail/synchronize.hpp"
 
 #include "cudapmr/detail/driver_entry_point.hpp"
+#include "cudapmr/detail/relaxed_capture_scope.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 
@@ -33,6 +34,9 @@ void synchronize_devices(memory_kind kind, int device_id) {
   const int last = device_id < 0 ? device::count() - 1 : device_id;
   int current = 0;
   CUDAPMR_CHECK(cudaGetDevice(&current));
+  // In another thread's global-mode capture a device synchronize would be
+  // refused and would invalidate that capture; it has nothing to do with it.
+  const relaxed_capture_scope relaxed;
   for (int ordinal = first; ordinal <= last; ++ordinal) {
     // The current device always: its context may be one made through the driver, not the primary one.
     if (device_id < 0 && ordinal != current && !has_active_context(ordinal)) continue;

@@ -871,6 +871,32 @@ TEST(CachingResourceOnGpu, AGraphCapturedOverTheCacheGetsItsOwnMemory) {
   ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }
 
+TEST(CachingResourceOnGpu, ReleaseWhileAnotherThreadCapturesLeavesTheCaptureValid) {
+  // release() waits for every device; in another thread's global-mode capture
+  // that wait must neither fail nor invalidate the capture.
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  const cudapmr::stream freeing(0);
+  const cudapmr::stream capturing(0);
+  settle(cache, freeing, mebibyte);
+  cache.deallocate_async(cache.allocate_async(mebibyte, freeing), mebibyte, freeing);  // unsealed: release waits
+  load_test_kernels();
+  auto* words = static_cast<std::uint32_t*>(device_memory.allocate_async(mebibyte, capturing));
+  capturing.synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(capturing.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  write_sequence(words, mebibyte / 4, 3, capturing);
+  std::thread([&] { EXPECT_NO_THROW(cache.release()); }).join();
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(capturing.get(), &graph), cudaSuccess);
+  if (graph != nullptr) {
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cache.statistics().cached_blocks, 0u);
+  device_memory.deallocate_async(words, mebibyte, capturing);
+}
+
 TEST(CachingResourceOnGpu, PmrDeallocateIsAFreeInOrderOnTheBoundStream) {
   // README's contract: work still queued on the bound stream may use memory
   // given to pmr deallocate; the block must not come back before it is done.

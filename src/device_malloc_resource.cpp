@@ -72,6 +72,11 @@ void device_malloc_resource::count_allocated(std::size_t bytes) noexcept {
   }
 }
 
+void device_malloc_resource::do_report(resource_state& state) const {
+  state.reserved_bytes = allocated_bytes();
+  state.peak_reserved_bytes = allocated_bytes_high();
+}
+
 void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -15,6 +15,14 @@ std::string host_memory_resource::description() const {
   return fmt::format("host_memory_resource (capacity {} bytes)", capacity_);
 }
 
+void host_memory_resource::do_report(resource_state& state) const {
+  const std::size_t used = used_bytes();
+  state.used_bytes = used;
+  if (capacity_ == std::numeric_limits<std::size_t>::max()) return;  // unbounded: no cap to report
+  state.cap_bytes = capacity_;
+  state.largest_free_block = capacity_ - std::min(capacity_, used);
+}
+
 void* host_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
   // Reserve the bytes first so that concurrent callers never overshoot the capacity.
   std::size_t used = 0;

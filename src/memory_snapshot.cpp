@@ -1,16 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/memory_snapshot.hpp"
 
-#include "cudapmr/adaptors/caching_resource.hpp"
-#include "cudapmr/adaptors/limiting_adaptor.hpp"
 #include "cudapmr/adaptors/tracking_adaptor.hpp"
 #include "cudapmr/detail/call_stack.hpp"
 #include "cudapmr/device.hpp"
-#include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/error.hpp"
-#include "cudapmr/host_memory_resource.hpp"
 #include "cudapmr/interop/format.hpp"
-#include "cudapmr/pool_resource.hpp"
 
 #include <fmt/format.h>
 
@@ -28,59 +23,6 @@ std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
           .count());
-}
-
-/// "caching_resource" of "caching_resource over device_memory_resource (device 0)".
-std::string own_name(const stream_ordered_resource& resource) {
-  std::string description = resource.description();
-  if (const std::size_t over = description.find(" over "); over != std::string::npos) description.resize(over);
-  return description;
-}
-
-/// What `resource` can tell about itself; the counters it cannot read stay empty.
-resource_state describe(const stream_ordered_resource& resource) {
-  resource_state state;
-  state.name = own_name(resource);
-  state.kind = resource.kind();
-  state.device = resource.device_id();
-  try {
-    if (const auto* counted = dynamic_cast<const statistics_adaptor*>(&resource)) {
-      state.statistics = counted->statistics();
-      state.used_bytes = static_cast<std::size_t>(std::max<std::int64_t>(state.statistics->bytes.current, 0));
-      state.peak_used_bytes = static_cast<std::size_t>(std::max<std::int64_t>(state.statistics->bytes.peak, 0));
-    } else if (const auto* cache = dynamic_cast<const caching_resource*>(&resource)) {
-      const cache_statistics held = cache->statistics();
-      state.cached_bytes = held.cached_bytes;
-      for (const auto& [stream, bytes] : cache->cached_bytes_by_stream())
-        state.cached_bytes_by_stream.push_back({stream_ref(stream), bytes});
-    } else if (const auto* tracked = dynamic_cast<const tracking_adaptor*>(&resource)) {
-      state.used_bytes = tracked->outstanding_bytes();
-    } else if (const auto* limited = dynamic_cast<const limiting_adaptor*>(&resource)) {
-      state.used_bytes = limited->used_bytes();
-      state.cap_bytes = limited->cap();
-      state.largest_free_block = limited->cap() - std::min(limited->cap(), limited->used_bytes());
-    } else if (const auto* pool = dynamic_cast<const pool_resource*>(&resource)) {
-      const pool_stats stats = pool->stats();
-      state.used_bytes = stats.used_current;
-      state.peak_used_bytes = stats.used_high;
-      state.reserved_bytes = stats.reserved_current;
-      state.peak_reserved_bytes = stats.reserved_high;
-    } else if (const auto* malloced = dynamic_cast<const device_malloc_resource*>(&resource)) {
-      state.reserved_bytes = malloced->allocated_bytes();
-      state.peak_reserved_bytes = malloced->allocated_bytes_high();
-    } else if (const auto* host = dynamic_cast<const host_memory_resource*>(&resource)) {
-      state.used_bytes = host->used_bytes();
-      if (host->capacity() != std::numeric_limits<std::size_t>::max()) {
-        state.cap_bytes = host->capacity();
-        state.largest_free_block = host->capacity() - std::min(host->capacity(), host->used_bytes());
-      }
-    }
-  } catch (const std::bad_alloc&) {
-    throw;
-  } catch (...) {
-    // A pool whose counters CUDA will not give (a lost device): listed by name only.
-  }
-  return state;
 }
 
 /// The live blocks the history's events leave, oldest first.
@@ -196,11 +138,11 @@ memory_snapshot snapshot(const stream_ordered_resource& top) {
   const tracking_adaptor* tracker = nullptr;
   const history_adaptor* history = nullptr;
   for (const stream_ordered_resource* resource = &top; resource != nullptr;) {
-    taken.resources.push_back(describe(*resource));
+    taken.resources.push_back(resource->state());
+    // The live blocks and events come from the adaptors that keep them.
     if (tracker == nullptr) tracker = dynamic_cast<const tracking_adaptor*>(resource);
     if (history == nullptr) history = dynamic_cast<const history_adaptor*>(resource);
-    const auto* adaptor = dynamic_cast<const resource_adaptor*>(resource);
-    resource = adaptor != nullptr ? &adaptor->upstream_resource() : nullptr;
+    resource = resource->upstream();
   }
   if (history != nullptr) {
     taken.events = history->events();

@@ -174,6 +174,15 @@ void pool_resource::trim_to(std::size_t bytes_to_keep) {
   CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
 }
 
+void pool_resource::do_report(resource_state& state) const {
+  const pool_stats counters = stats();
+  state.used_bytes = counters.used_current;
+  state.peak_used_bytes = counters.used_high;
+  state.reserved_bytes = counters.reserved_current;
+  state.peak_reserved_bytes = counters.reserved_high;
+  state.releasable_bytes = counters.reserved_current - std::min(counters.reserved_current, counters.used_current);
+}
+
 void pool_resource::do_trim(stream_ref stream) {
   CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));  // the caller's frees must land before the trim
   trim_to(0);

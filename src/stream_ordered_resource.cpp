@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <new>
 #include <stdexcept>
 
 namespace cudapmr {
@@ -40,6 +41,22 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
 void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (bytes == 0) return;  // the pointer of a zero-byte pmr allocate owns nothing
   deallocate_async(p, bytes, alignment, own_bound_stream());
+}
+
+resource_state stream_ordered_resource::state() const {
+  resource_state state;
+  // Its own part of the description: "caching_resource" of "caching_resource over ...".
+  state.name = description();
+  if (const std::size_t over = state.name.find(" over "); over != std::string::npos) state.name.resize(over);
+  state.kind = kind();
+  state.device = device_id();
+  try {
+    do_report(state);
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (...) {  // counters CUDA will not give (a lost device): listed by name only
+  }
+  return state;
 }
 
 namespace detail {

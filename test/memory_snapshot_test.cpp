@@ -4,11 +4,13 @@
 // events and annotations, and the peak over them.
 #include "support/resource_cases.hpp"
 
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/memory_snapshot.hpp>
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +95,29 @@ TEST(MemorySnapshot, ACacheShowsWhatItHoldsPerStream) {
   EXPECT_EQ(by_stream, *cached.cached_bytes);
   EXPECT_TRUE(taken.live_blocks.empty());
   EXPECT_TRUE(taken.live_blocks_complete);
+}
+
+TEST(MemorySnapshot, ASegmentArenaShowsWhatItHoldsAndWhatItCouldGiveBack) {
+  constexpr std::size_t mib = std::size_t{1} << 20;  // segments are whole 2 MiB granules
+  host_memory_resource leaf;
+  coalescing_resource arena(leaf);
+  statistics_adaptor counted(arena);
+  void* kept = counted.allocate_async(4 * mib, fake_stream(1));
+  counted.deallocate_async(counted.allocate_async(6 * mib, fake_stream(2)), 6 * mib, fake_stream(2));
+
+  const memory_snapshot taken = snapshot(counted);
+  ASSERT_EQ(taken.resources.size(), 3u);
+  const resource_state& state = taken.resources[1];
+  EXPECT_EQ(state.name, "coalescing_resource");
+  EXPECT_EQ(state.used_bytes, std::optional<std::size_t>(4 * mib));
+  EXPECT_EQ(state.reserved_bytes, std::optional<std::size_t>(10 * mib));
+  EXPECT_EQ(state.cached_bytes, std::optional<std::size_t>(6 * mib));
+  EXPECT_EQ(state.releasable_bytes, std::optional<std::size_t>(6 * mib)) << "stream 2's idle segment";
+  EXPECT_EQ(state.largest_free_block, std::optional<std::size_t>(6 * mib));
+  ASSERT_EQ(state.cached_bytes_by_stream.size(), 1u);
+  EXPECT_EQ(state.cached_bytes_by_stream[0].stream, stream_ref(fake_stream(2)));
+  EXPECT_EQ(arena.state().reserved_bytes, state.reserved_bytes) << "state() is what the snapshot lists";
+  counted.deallocate_async(kept, 4 * mib, fake_stream(1));
 }
 
 TEST(MemorySnapshot, CarriesTheHistorysAnnotations) {

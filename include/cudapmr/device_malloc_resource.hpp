@@ -65,6 +65,7 @@ class device_malloc_resource final : public stream_ordered_resource {
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  void do_report(resource_state& state) const override;
   void count_allocated(std::size_t bytes) noexcept;
 
   stream bound_stream_;

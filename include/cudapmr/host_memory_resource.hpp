@@ -33,6 +33,7 @@ class host_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return stream_ref{cudaStream_t{}}; }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  void do_report(resource_state& state) const override;
 
   std::size_t capacity_;
   std::atomic<std::size_t> used_{0};

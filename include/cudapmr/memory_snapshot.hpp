@@ -18,36 +18,6 @@
 
 namespace cudapmr {
 
-/// Bytes attributed to one stream.
-struct stream_bytes {
-  stream_ref stream{cudaStream_t{}};
-  std::size_t bytes = 0;
-};
-
-/// One resource of a stack, as far as it can tell about itself. A quantity a
-/// resource does not know is empty.
-struct resource_state {
-  /// Its description without its upstream's: "caching_resource", "device_memory_resource (device 0)".
-  std::string name;
-  memory_kind kind = memory_kind::pageable;
-  int device = -1;
-  /// Handed out through it and not yet freed, and the highest that was.
-  std::optional<std::size_t> used_bytes;
-  std::optional<std::size_t> peak_used_bytes;
-  /// Held from the system (a pool's reserve), and the highest that was.
-  std::optional<std::size_t> reserved_bytes;
-  std::optional<std::size_t> peak_reserved_bytes;
-  /// Held free for reuse (a cache), overall and per stream.
-  std::optional<std::size_t> cached_bytes;
-  std::vector<stream_bytes> cached_bytes_by_stream;
-  /// The largest request it could serve now without asking its upstream or the system.
-  std::optional<std::size_t> largest_free_block;
-  /// The most it may hand out (a limiting adaptor's cap, a host resource's capacity).
-  std::optional<std::size_t> cap_bytes;
-  /// A statistics_adaptor's counters.
-  std::optional<resource_statistics> statistics;
-};
-
 /// A stack of resources at one moment.
 struct memory_snapshot {
   /// When it was taken (steady clock, ns).

@@ -107,6 +107,7 @@ class pool_resource : public stream_ordered_resource {
   [[nodiscard]] bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final;
   /// Waits for `stream` and the bound stream, then releases all unused pool memory.
   void do_trim(stream_ref stream) final;
+  void do_report(resource_state& state) const final;
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
 

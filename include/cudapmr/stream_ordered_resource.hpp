@@ -6,6 +6,7 @@
 
 #include "cudapmr/detail/lifetime.hpp"
 #include "cudapmr/memory_kind.hpp"
+#include "cudapmr/resource_state.hpp"
 #include "cudapmr/stream.hpp"
 
 #include <atomic>
@@ -113,6 +114,14 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   [[nodiscard]] bool bound_stream_shared() const noexcept {
     return do_bound_stream_owner().bound_stream_shared_.load(std::memory_order_relaxed);
   }
+  /// What this resource holds and hands out, as far as it knows: its name,
+  /// kind and device, and the counters it keeps (a quantity it does not know
+  /// stays empty). Snapshots, out-of-memory reports and statistics are built
+  /// on it. A counter CUDA will not give (a lost device) stays empty.
+  /// \throws std::bad_alloc.
+  [[nodiscard]] resource_state state() const;
+  /// The resource this one draws from, to walk a stack; null for a leaf.
+  [[nodiscard]] const stream_ordered_resource* upstream() const noexcept { return do_upstream(); }
   /// A short description for messages: "device_memory_resource (device 0)".
   [[nodiscard]] virtual std::string description() const = 0;
 
@@ -151,6 +160,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   /// The resource that owns the bound stream and knows whether it was handed
   /// out: this one, unless its bound stream is another resource's.
   [[nodiscard]] virtual const stream_ordered_resource& do_bound_stream_owner() const noexcept { return *this; }
+  /// Adds what the resource knows of itself to `state` (name, kind and device are filled in).
+  virtual void do_report(resource_state& /*state*/) const {}
+  [[nodiscard]] virtual const stream_ordered_resource* do_upstream() const noexcept { return nullptr; }
   /// Called with a valid alignment (a power of two, at most `max_alignment`).
   virtual void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
   /// Called with a non-null pointer. Must not throw.

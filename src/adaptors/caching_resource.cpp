@@ -2,11 +2,9 @@
 #include "cudapmr/adaptors/caching_resource.hpp"
 
 #include "cudapmr/device.hpp"
-#include "cudapmr/device_malloc_resource.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
-#include "cudapmr/pool_resource.hpp"
 
 #include <fmt/format.h>
 
@@ -235,18 +233,16 @@ void caching_resource::do_trim(stream_ref stream) {
 }
 
 cache_statistics caching_resource::statistics() const {
-  cache_statistics result{cache_.hits(),      cache_.misses(),  cache_.bytes(),
-                          cache_.blocks(),    cache_.max_bytes(),  cache_.seals(),
-                          cache_.cross_stream_reuses(), std::nullopt};
-  if (const auto* pool = dynamic_cast<const pool_resource*>(&upstream_resource())) {
-    try {
-      result.upstream_reserved = pool->stats().reserved_current;
-    } catch (const cuda_error&) {
-    }
-  } else if (const auto* leaf = dynamic_cast<const device_malloc_resource*>(&upstream_resource())) {
-    result.upstream_reserved = leaf->allocated_bytes();
-  }
-  return result;
+  return {cache_.hits(),   cache_.misses(),    cache_.bytes(),
+          cache_.blocks(), cache_.max_bytes(), cache_.seals(),
+          cache_.cross_stream_reuses(), upstream_resource().state().reserved_bytes};
+}
+
+void caching_resource::do_report(resource_state& state) const {
+  state.cached_bytes = cache_.bytes();
+  state.releasable_bytes = state.cached_bytes;
+  for (const auto& [stream, bytes] : cache_.bytes_by_stream())
+    state.cached_bytes_by_stream.push_back({stream_ref(stream), bytes});
 }
 
 }  // namespace cudapmr

@@ -454,6 +454,30 @@ void coalescing_resource::do_trim(stream_ref stream) {
 
 void coalescing_resource::release() { reclaim_all(existing_pool(own_bound_stream()), own_bound_stream()); }
 
+void coalescing_resource::do_report(resource_state& state) const {
+  const std::lock_guard lock(mutex_);
+  state.used_bytes = counts_.used_bytes;
+  state.peak_used_bytes = counts_.used_peak;
+  state.reserved_bytes = counts_.reserved_bytes;
+  state.peak_reserved_bytes = counts_.reserved_peak;
+  state.cached_bytes = counts_.reserved_bytes - counts_.used_bytes;  // free in segments, pending frees included
+  std::size_t largest = 0;
+  std::size_t releasable = 0;
+  for (const auto& [key, pool] : pools_) {
+    std::size_t free_bytes = 0;
+    for (const auto* free_blocks : {&pool->small_free, &pool->large_free})
+      for (const block* each : *free_blocks) {
+        free_bytes += each->size;
+        largest = std::max(largest, each->size);
+      }
+    if (free_bytes != 0) state.cached_bytes_by_stream.push_back({stream_ref(key.stream), free_bytes});
+  }
+  for (const auto& [base, held] : segments_)
+    if (held->wholly_free()) releasable += held->size;
+  state.largest_free_block = largest;
+  state.releasable_bytes = releasable;
+}
+
 coalescing_statistics coalescing_resource::statistics() const {
   const std::lock_guard lock(mutex_);
   coalescing_statistics result = counts_;

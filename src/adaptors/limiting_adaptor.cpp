@@ -12,6 +12,13 @@ std::string limiting_adaptor::description() const {
   return describe_as(fmt::format("limiting_adaptor (cap {} bytes)", cap_).c_str());
 }
 
+void limiting_adaptor::do_report(resource_state& state) const {
+  const std::size_t used = used_bytes();
+  state.used_bytes = used;
+  state.cap_bytes = cap();
+  state.largest_free_block = cap() - std::min(cap(), used);
+}
+
 void* limiting_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   std::size_t used = 0;
   if (!detail::try_reserve(used_, bytes, cap_, used))

@@ -123,6 +123,12 @@ void statistics_adaptor::reset_peak() noexcept {
   if (streams_) streams_->reset_peaks();
 }
 
+void statistics_adaptor::do_report(resource_state& state) const {
+  state.statistics = statistics();
+  state.used_bytes = static_cast<std::size_t>(std::max<std::int64_t>(state.statistics->bytes.current, 0));
+  state.peak_used_bytes = static_cast<std::size_t>(std::max<std::int64_t>(state.statistics->bytes.peak, 0));
+}
+
 void* statistics_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   void* p = upstream_resource().allocate_async(bytes, alignment, stream);
   if (p == nullptr) return p;  // zero bytes: never handed back, so never counted

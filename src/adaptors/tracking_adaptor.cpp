@@ -167,6 +167,8 @@ std::size_t tracking_adaptor::outstanding_count() const {
   return live_.size();
 }
 
+void tracking_adaptor::do_report(resource_state& state) const { state.used_bytes = outstanding_bytes(); }
+
 std::size_t tracking_adaptor::outstanding_bytes() const {
   const std::lock_guard lock(mutex_);
   return outstanding_bytes_;

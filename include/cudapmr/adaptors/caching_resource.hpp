@@ -163,6 +163,7 @@ class caching_resource final : public resource_adaptor {
   /// Hands back the whole cache on `stream` (after every device is idle where
   /// other streams' blocks are held), then trims the upstream.
   void do_trim(stream_ref stream) override;
+  void do_report(resource_state& state) const override;
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
   /// After a free the cache kept: frees upstream, on `stream`, what it holds beyond what is live.
   void trim_to_live(stream_ref stream) noexcept;

@@ -201,6 +201,7 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] stream_pool* existing_pool(stream_ref stream) const;
   /// Hands back every wholly free segment on `stream` as `release` does, then trims the upstream.
   void do_trim(stream_ref stream) override;
+  void do_report(resource_state& state) const override;
   /// The smallest free block of `pool` that fits `size`, split to it; null if none.
   [[nodiscard]] block* take_best_fit(stream_pool& pool, std::size_t size, bool small);
   /// Records `taken` as handed out; returns its pointer. Called with the lock held.

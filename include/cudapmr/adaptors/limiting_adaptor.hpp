@@ -30,6 +30,7 @@ class limiting_adaptor final : public resource_adaptor {
   [[nodiscard]] std::string description() const override;
 
  private:
+  void do_report(resource_state& state) const override;
   /// \throws out_of_memory naming the cap, the usage and the request when
   /// the cap would be passed; whatever the upstream throws otherwise.
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;

@@ -28,6 +28,7 @@ class resource_adaptor : public stream_ordered_resource {
  private:
   /// An adaptor holds nothing of its own: the upstream trims.
   void do_trim(stream_ref stream) override { upstream_->trim(stream); }
+  [[nodiscard]] const stream_ordered_resource* do_upstream() const noexcept override { return upstream_; }
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return own_bound_stream(*upstream_); }
   [[nodiscard]] const stream_ordered_resource& do_bound_stream_owner() const noexcept override {
     return bound_stream_owner(*upstream_);

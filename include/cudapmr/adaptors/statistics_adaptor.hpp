@@ -5,6 +5,7 @@
 /// lock-free counters cheap enough to leave on.
 
 #include "cudapmr/adaptors/resource_adaptor.hpp"
+#include "cudapmr/resource_state.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -14,26 +15,6 @@
 #include <vector>
 
 namespace cudapmr {
-
-/// One quantity over time. Signed, because a per-stream count goes down when
-/// memory allocated on another stream is freed on this one.
-struct usage_counter {
-  std::int64_t current = 0;
-  /// The highest `current` since construction or the last `reset_peak()`.
-  std::int64_t peak = 0;
-  /// Everything ever added.
-  std::int64_t total = 0;
-  friend bool operator==(const usage_counter&, const usage_counter&) = default;
-};
-
-/// A snapshot of a statistics_adaptor's counters. Bytes are as requested (not
-/// what the upstream rounded them up to); failed and zero-byte allocations
-/// (which give null and are never freed) do not count.
-struct resource_statistics {
-  usage_counter bytes;
-  usage_counter allocations;
-  friend bool operator==(const resource_statistics&, const resource_statistics&) = default;
-};
 
 /// The counters of the events that were ordered on one stream.
 struct stream_statistics {
@@ -114,6 +95,7 @@ class statistics_adaptor final : public resource_adaptor {
  private:
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  void do_report(resource_state& state) const override;
 
   detail::atomic_statistics overall_;
   std::unique_ptr<detail::stream_statistics_table> streams_;  // null when per-stream counting is off

@@ -124,6 +124,7 @@ class tracking_adaptor final : public resource_adaptor {
  private:
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  void do_report(resource_state& state) const override;
 
   /// Checks the free and, when it is right, forgets the allocation: the
   /// caller then frees upstream. Returns the misuse otherwise.

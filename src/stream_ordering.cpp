@@ -48,6 +48,11 @@ class cuda_ordering final : public stream_ordering {
     return recover_from(cudaEventQuery(static_cast<pooled_event*>(event)->event));
   }
 
+  bool wait(ordering_event event) noexcept override {
+    const relaxed_capture_scope relaxed;  // as has_completed
+    return recover_from(cudaEventSynchronize(static_cast<pooled_event*>(event)->event));
+  }
+
   bool make_wait(stream_ref stream, ordering_event event) noexcept override {
     return recover_from(cudaStreamWaitEvent(stream.get(), static_cast<pooled_event*>(event)->event, 0));
   }
@@ -115,6 +120,7 @@ class host_ordering final : public stream_ordering {
  public:
   ordering_event record(stream_ref) noexcept override { return this; }
   bool has_completed(ordering_event) noexcept override { return true; }
+  bool wait(ordering_event) noexcept override { return true; }
   bool make_wait(stream_ref, ordering_event) noexcept override { return true; }
   void recycle(ordering_event) noexcept override {}
   bool is_capturing(stream_ref) noexcept override { return false; }

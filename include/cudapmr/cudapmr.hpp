@@ -36,3 +36,4 @@
 #include "cudapmr/stream.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
 #include "cudapmr/version.hpp"
+#include "cudapmr/virtual_memory_resource.hpp"

@@ -37,6 +37,10 @@ class fake_ordering final : public detail::stream_ordering {
     ++queries;
     return static_cast<event*>(e)->completed;
   }
+  bool wait(detail::ordering_event e) noexcept override {
+    static_cast<event*>(e)->completed = true;
+    return true;
+  }
   bool make_wait(stream_ref stream, detail::ordering_event e) noexcept override {
     waits.emplace_back(stream.get(), static_cast<event*>(e)->stream);
     return true;

@@ -57,6 +57,13 @@ struct device_malloc_case {
   static std::size_t exhausting_request() { return impossible_request; }
 };
 
+struct virtual_memory_case {
+  static constexpr const char* name = "virtual_memory";
+  static constexpr bool needs_gpu = true;
+  static std::unique_ptr<stream_ordered_resource> make() { return std::make_unique<virtual_memory_resource>(0); }
+  static std::size_t exhausting_request() { return impossible_request; }
+};
+
 struct pinned_default_case {
   static constexpr const char* name = "pinned_default_pool";
   static constexpr bool needs_gpu = true;

@@ -57,8 +57,9 @@ struct cache_statistics {
   /// Events recorded to hand freed blocks to other streams, and blocks so handed.
   std::uint64_t events_recorded = 0;
   std::uint64_t cross_stream_reuses = 0;
-  /// Memory the upstream holds from the system: a pool's `pool_stats::reserved_current`,
-  /// a device_malloc_resource's `allocated_bytes()`; none for other upstreams.
+  /// Memory the upstream holds from the system, as its `state().reserved_bytes`
+  /// says: a pool's reserve, what `device_malloc_resource` allocated, what a
+  /// `virtual_memory_resource` has mapped; none where the upstream cannot tell.
   std::optional<std::size_t> upstream_reserved;
 };
 

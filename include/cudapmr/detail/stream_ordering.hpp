@@ -23,6 +23,9 @@ class stream_ordering {
   [[nodiscard]] virtual ordering_event record(stream_ref stream) noexcept = 0;
   /// Whether all the work before `event` has completed.
   [[nodiscard]] virtual bool has_completed(ordering_event event) noexcept = 0;
+  /// Blocks the calling thread until the work before `event` has completed
+  /// (a wait for that one event, not for the device); false if CUDA refused.
+  [[nodiscard]] virtual bool wait(ordering_event event) noexcept = 0;
   /// Orders the work queued on `stream` from now on after `event`; false if CUDA refused.
   [[nodiscard]] virtual bool make_wait(stream_ref stream, ordering_event event) noexcept = 0;
   /// Hands an event back once no block refers to it.

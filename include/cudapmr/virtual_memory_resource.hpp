@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file virtual_memory_resource.hpp
+/// Device memory from the driver's virtual memory management calls: one
+/// address range reserved once, physical memory mapped into it per
+/// allocation and unmapped once the work queued before its free is done.
+
+#include "cudapmr/stream.hpp"
+#include "cudapmr/stream_ordered_resource.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace cudapmr {
+
+namespace detail {
+class address_ranges;
+}  // namespace detail
+
+/// How a virtual_memory_resource reserves and creates its memory.
+struct virtual_memory_options {
+  /// Bytes of address space reserved at construction, rounded up to the
+  /// allocation granularity; 0: 1.125 times the device's memory. What is live
+  /// and what waits to be unmapped must fit in it.
+  std::size_t reserve_bytes = 0;
+  /// Ask for a POSIX file descriptor handle type at each cuMemCreate, so that
+  /// `export_handle` works; where the driver refuses it, allocations are made
+  /// without (and `is_exportable()` says so).
+  bool exportable = true;
+  /// Mark allocations GPUDirect RDMA capable where the device supports it with
+  /// virtual memory management.
+  bool rdma = true;
+};
+
+/// Device memory of one GPU on the driver's virtual memory calls. At
+/// construction it reserves one address range; each allocation, rounded up
+/// to the granularity (2 MiB on H100/H200), is one physical allocation mapped
+/// at the lowest free address that fits, readable and writable by its device.
+///
+/// Frees never wait for the device: `deallocate_async` records an event on
+/// the stream and the pages stay mapped until that event has completed; they
+/// are unmapped at a later allocation, `release_completed()` or `release()`.
+/// Allocation is not stream-ordered work: the memory is usable at once by
+/// any stream. Where the device is full, pending frees are waited for (per
+/// event, on the host) and unmapped before the request is refused.
+///
+/// Stream capture: the driver's virtual memory calls neither fail nor
+/// invalidate a capture, on this thread or another, so allocating while a
+/// stream is captured is allowed; the graph keeps the address, which stays
+/// mapped until its free. A free on a captured stream cannot be ordered by an
+/// event: the range stays mapped until `release()` or destruction.
+///
+/// Thread-safe. Equal only to itself.
+class virtual_memory_resource final : public stream_ordered_resource {
+ public:
+  /// Reserves the address range on `device`.
+  /// \throws std::invalid_argument for a bad ordinal or a `reserve_bytes`
+  ///   below the granularity; cuda_error where no device exists, where the
+  ///   device has no virtual memory management, or where the reservation is refused.
+  explicit virtual_memory_resource(int device, virtual_memory_options options = {});
+  /// Waits for the pending frees' events, synchronizes the device where frees
+  /// on captured streams are held (as `release()`), unmaps everything and
+  /// frees the reservation. Memory still allocated from it is unmapped too:
+  /// destroy it only once nothing uses its memory. Never throws.
+  ~virtual_memory_resource() override;
+
+  /// Physical bytes mapped now: live allocations and frees not yet unmapped.
+  [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_.load(std::memory_order_relaxed); }
+  /// The most `mapped_bytes()` has been.
+  [[nodiscard]] std::size_t mapped_bytes_high() const noexcept { return mapped_high_.load(std::memory_order_relaxed); }
+  /// Bytes handed out and not freed, each allocation rounded to the granularity.
+  [[nodiscard]] std::size_t allocated_bytes() const noexcept { return allocated_.load(std::memory_order_relaxed); }
+  /// Bytes freed but still mapped: waiting for their event, or held after a free on a captured stream.
+  [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_.load(std::memory_order_relaxed); }
+  /// How many physical allocations are mapped now.
+  [[nodiscard]] std::size_t mappings() const noexcept { return mappings_.load(std::memory_order_relaxed); }
+  /// The size of the reserved address range.
+  [[nodiscard]] std::size_t reserved_address_bytes() const noexcept { return reserved_bytes_; }
+  /// The allocation granularity (recommended) every allocation is rounded to.
+  [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+  /// Whether allocations carry the POSIX file descriptor handle type (asked
+  /// for and, so far, accepted by the driver).
+  [[nodiscard]] bool is_exportable() const noexcept { return exportable_.load(std::memory_order_relaxed); }
+  /// Whether allocations are marked GPUDirect RDMA capable.
+  [[nodiscard]] bool is_rdma_capable() const noexcept { return rdma_; }
+
+  /// Waits, on the host and per event (never for the whole device), for the
+  /// work queued before each pending free, then unmaps those ranges.
+  /// Frees on captured streams stay held. \throws cuda_error where a wait
+  /// fails; the ranges not yet unmapped then stay pending.
+  void release_completed();
+  /// Synchronizes the device, then unmaps every freed range, those freed on
+  /// captured streams included. Call it once no graph that used them will
+  /// replay, and not while a stream of the device is being captured (the
+  /// synchronize would break that capture).
+  /// \throws cuda_error if the synchronize fails; the ranges then stay held.
+  void release();
+
+  /// A POSIX file descriptor through which another process (or this one) can
+  /// import the physical allocation at `p`, and that allocation's size; the
+  /// caller owns the descriptor and closes it.
+  struct exported_handle {
+    int descriptor = -1;
+    std::size_t bytes = 0;
+  };
+  /// Exports the allocation that starts at `p`, which this resource handed out.
+  /// \throws std::invalid_argument where `p` is not the start of a live
+  ///   allocation of this resource; cuda_error where the allocation was made
+  ///   without the POSIX file descriptor handle type or the driver refuses.
+  [[nodiscard]] exported_handle export_handle(const void* p) const;
+
+  [[nodiscard]] std::string description() const override;
+
+ private:
+  struct freed_range;
+  struct state;
+
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+
+  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`.
+  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested);
+  /// Unmaps the pending frees whose events have completed; where `wait`,
+  /// waits for the others' events first. \throws cuda_error where a wait fails.
+  void unmap_pending(bool wait);
+  /// Unmaps `freed` (ranges already out of every list) and gives their addresses back.
+  void unmap(std::vector<freed_range>& freed) noexcept;
+
+  stream bound_stream_;
+  std::size_t granularity_ = 0;
+  std::size_t reserved_bytes_ = 0;
+  std::uintptr_t reservation_ = 0;
+  bool rdma_ = false;
+  std::atomic<bool> exportable_{false};
+  std::atomic<std::size_t> mapped_{0};
+  std::atomic<std::size_t> mapped_high_{0};
+  std::atomic<std::size_t> allocated_{0};
+  std::atomic<std::size_t> pending_{0};
+  std::atomic<std::size_t> mappings_{0};
+  mutable std::mutex mutex_;  // guards state_; never held across a call that can wait for the GPU
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace cudapmr

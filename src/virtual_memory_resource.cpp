@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cudapmr/virtual_memory_resource.hpp"
+
+#include "cudapmr/detail/address_ranges.hpp"
+#include "cudapmr/detail/cuda_check.hpp"
+#include "cudapmr/detail/stream_ordering.hpp"
+#include "cudapmr/detail/virtual_memory_driver.hpp"
+#include "cudapmr/device.hpp"
+#include "cudapmr/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+namespace cudapmr {
+namespace {
+
+int validated(int device) {
+  detail::validate_device_ordinal(device);
+  return device;
+}
+
+const detail::virtual_memory_driver& driver() { return detail::load_virtual_memory_driver(); }
+
+CUmemAllocationProp allocation_properties(int device, bool exportable, bool rdma) {
+  CUmemAllocationProp properties{};
+  properties.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  properties.location.id = device;
+  properties.requestedHandleTypes = exportable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
+  properties.allocFlags.gpuDirectRDMACapable = rdma ? 1 : 0;
+  return properties;
+}
+
+int device_attribute(int ordinal, CUdevice_attribute attribute, const char* name) {
+  CUdevice device{};
+  detail::check_driver(driver().device_get(&device, ordinal),
+                       [&] { return fmt::format("cuDeviceGet for device {}", ordinal); });
+  int value = 0;
+  detail::check_driver(driver().device_get_attribute(&value, attribute, device),
+                       [&] { return fmt::format("cuDeviceGetAttribute({}) of device {}", name, ordinal); });
+  return value;
+}
+
+/// A cuMemCreate failure that may be the handle type's rather than the size's: anything but running out of
+/// memory (a retry without the handle type tells).
+bool is_handle_type_refusal(CUresult status) noexcept {
+  return status != CUDA_SUCCESS && status != CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+}  // namespace
+
+/// A physical allocation mapped at `address`, out of every list: being unmapped.
+struct virtual_memory_resource::freed_range {
+  std::uintptr_t address = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  std::size_t bytes = 0;
+  detail::ordering_event event = nullptr;  // null: freed on a captured stream, held until release()
+};
+
+struct virtual_memory_resource::state {
+  /// One mapped physical allocation handed out.
+  struct mapping {
+    CUmemGenericAllocationHandle handle = 0;  // the creation reference, released at unmap
+    std::size_t bytes = 0;
+    bool exportable = false;
+  };
+
+  state(std::uintptr_t base, std::size_t bytes, std::string owner) : ranges(base, bytes, std::move(owner)) {}
+
+  detail::address_ranges ranges;
+  std::map<std::uintptr_t, mapping> live;
+  std::vector<freed_range> pending;  // freed, still mapped, in the order of their frees
+};
+
+virtual_memory_resource::virtual_memory_resource(int device, virtual_memory_options options)
+    : stream_ordered_resource(memory_kind::device, validated(device)), bound_stream_(device) {
+  if (device_attribute(device, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                       "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED") == 0)
+    throw cuda_error(cudaErrorNotSupported,
+                     fmt::format("virtual_memory_resource on device {}: the device does not support virtual memory "
+                                 "management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
+                                 device));
+  rdma_ = options.rdma && device_attribute(device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                                           "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED") != 0;
+  exportable_.store(options.exportable &&
+                        device_attribute(device, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                         "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED") != 0,
+                    std::memory_order_relaxed);
+
+  const CUmemAllocationProp properties = allocation_properties(device, is_exportable(), rdma_);
+  detail::check_driver(
+      driver().get_allocation_granularity(&granularity_, &properties, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+      [&] { return fmt::format("cuMemGetAllocationGranularity (recommended) for device {}", device); });
+  if (options.reserve_bytes != 0 && options.reserve_bytes < granularity_)
+    throw std::invalid_argument(fmt::format(
+        "virtual_memory_options.reserve_bytes {} is below the allocation granularity {} of device {}",
+        options.reserve_bytes, granularity_, device));
+  // 0: 1.125 times the device's memory, so that fragmentation of the address
+  // range never refuses what the device could still hold.
+  const std::size_t wanted =
+      options.reserve_bytes != 0 ? options.reserve_bytes : cudapmr::device(device).total_memory() / 8 * 9;
+  reserved_bytes_ = detail::round_up_to(wanted, granularity_);
+  if (reserved_bytes_ == 0)
+    throw std::invalid_argument(fmt::format(
+        "virtual_memory_options.reserve_bytes {} overflows when rounded up to the granularity {}", wanted, granularity_));
+
+  CUdeviceptr base = 0;
+  detail::check_driver(driver().address_reserve(&base, reserved_bytes_, granularity_, 0, 0), [&] {
+    return fmt::format("cuMemAddressReserve of {} bytes (aligned to {}) for device {}", reserved_bytes_, granularity_,
+                       device);
+  });
+  reservation_ = static_cast<std::uintptr_t>(base);
+  try {
+    state_ = std::make_unique<state>(reservation_, reserved_bytes_, description());
+  } catch (...) {
+    detail::assert_driver_success(driver().address_free(base, reserved_bytes_), "cuMemAddressFree", __FILE__, __LINE__);
+    throw;
+  }
+}
+
+virtual_memory_resource::~virtual_memory_resource() {
+  try {
+    release();
+  } catch (...) {  // a failed synchronize: what was held stays mapped, and so does the reservation
+  }
+  std::vector<freed_range> rest;
+  try {
+    const std::lock_guard lock(mutex_);
+    // Live allocations too: the reservation can only be freed wholly unmapped.
+    rest.reserve(state_->live.size());
+    for (const auto& [address, held] : state_->live) {
+      rest.push_back({address, held.handle, held.bytes, nullptr});
+      allocated_.fetch_sub(held.bytes, std::memory_order_relaxed);
+      pending_.fetch_add(held.bytes, std::memory_order_relaxed);
+    }
+    state_->live.clear();
+  } catch (...) {
+    return;  // no memory to list them: leave everything mapped rather than free a reservation still in use
+  }
+  unmap(rest);
+  if (mappings() == 0)
+    detail::assert_driver_success(driver().address_free(static_cast<CUdeviceptr>(reservation_), reserved_bytes_),
+                                  "cuMemAddressFree", __FILE__, __LINE__);
+}
+
+std::string virtual_memory_resource::description() const {
+  return fmt::format("virtual_memory_resource (device {})", device_id());
+}
+
+void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
+  if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
+  const std::size_t rounded = detail::round_up_to(bytes, granularity_);
+  if (rounded == 0)
+    throw out_of_memory(bytes, alignment, description(),
+                        fmt::format("the request rounded up to the granularity {} overflows size_t", granularity_));
+  if (rounded > reserved_bytes_)
+    throw out_of_memory(bytes, alignment, description(),
+                        fmt::format("{} bytes (rounded to the granularity) exceed the reserved address range of {} bytes",
+                                    rounded, reserved_bytes_));
+  unmap_pending(false);
+  return map_new(rounded, std::max(alignment, granularity_), bytes);
+}
+
+void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested) {
+  const detail::scoped_device on_device(device_id());
+  const auto& calls = driver();
+  const auto refused = [&](CUresult status, const char* call) {
+    return out_of_memory(requested, alignment, description(),
+                         fmt::format("{} of {} bytes: {}", call, bytes, detail::driver_error_name(status)));
+  };
+
+  // The physical memory first: where the device is full, pending frees are
+  // unmapped (their events waited for) and the creation tried once more.
+  CUmemGenericAllocationHandle handle = 0;
+  bool exportable = is_exportable();
+  const auto create = [&] {
+    CUmemAllocationProp properties = allocation_properties(device_id(), exportable, rdma_);
+    CUresult status = calls.create(&handle, bytes, &properties, 0);
+    if (exportable && is_handle_type_refusal(status)) {
+      properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+      status = calls.create(&handle, bytes, &properties, 0);
+      if (status == CUDA_SUCCESS) {  // the handle type was what the driver refused: made without from now on
+        exportable = false;
+        exportable_.store(false, std::memory_order_relaxed);
+      }
+    }
+    return status;
+  };
+  CUresult status = create();
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+    unmap_pending(true);
+    status = create();
+  }
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) throw refused(status, "cuMemCreate");
+  detail::check_driver(status, [&] {
+    return fmt::format("cuMemCreate of {} bytes on device {} for {}", bytes, device_id(), description());
+  });
+
+  std::uintptr_t address = 0;
+  try {
+    std::optional<std::uintptr_t> taken;
+    {
+      const std::lock_guard lock(mutex_);
+      taken = state_->ranges.try_take(bytes, alignment);
+    }
+    if (!taken) {  // the address range is full: pending frees hold part of it
+      unmap_pending(true);
+      const std::lock_guard lock(mutex_);
+      taken = state_->ranges.take(bytes, alignment);
+    }
+    address = *taken;
+  } catch (...) {
+    detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+    throw;
+  }
+
+  const auto give_back = [&] {
+    detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+    const std::lock_guard lock(mutex_);
+    state_->ranges.give_back(address, bytes);
+  };
+  const auto pointer = static_cast<CUdeviceptr>(address);
+  if (const CUresult mapped = calls.map(pointer, bytes, 0, handle, 0); mapped != CUDA_SUCCESS) {
+    give_back();
+    if (mapped == CUDA_ERROR_OUT_OF_MEMORY) throw refused(mapped, "cuMemMap");
+    detail::throw_driver_error(mapped, fmt::format("cuMemMap of {} bytes at {:#x} for {}", bytes, address, description()));
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_id();
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUresult granted = calls.set_access(pointer, bytes, &access, 1);
+  try {
+    if (granted == CUDA_SUCCESS) {
+      const std::lock_guard lock(mutex_);
+      state_->live.emplace(address, state::mapping{handle, bytes, exportable});
+    }
+  } catch (...) {
+    granted = CUDA_ERROR_OUT_OF_MEMORY;  // no memory to remember the mapping: undo it
+  }
+  if (granted != CUDA_SUCCESS) {
+    detail::assert_driver_success(calls.unmap(pointer, bytes), "cuMemUnmap", __FILE__, __LINE__);
+    give_back();
+    if (granted == CUDA_ERROR_OUT_OF_MEMORY) throw refused(granted, "cuMemSetAccess");
+    detail::throw_driver_error(granted,
+                               fmt::format("cuMemSetAccess of {} bytes at {:#x} for {}", bytes, address, description()));
+  }
+
+  mappings_.fetch_add(1, std::memory_order_relaxed);
+  allocated_.fetch_add(bytes, std::memory_order_relaxed);
+  const std::size_t now = mapped_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::size_t high = mapped_high_.load(std::memory_order_relaxed);
+  while (now > high && !mapped_high_.compare_exchange_weak(high, now, std::memory_order_relaxed)) {
+  }
+  return reinterpret_cast<void*>(address);
+}
+
+void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/, std::size_t /*alignment*/,
+                                                  stream_ref stream) noexcept {
+  detail::stream_ordering& ordering = detail::cuda_stream_ordering();
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  try {
+    const std::lock_guard lock(mutex_);
+    const auto found = state_->live.find(address);
+    if (found == state_->live.end()) return;  // not ours, or freed twice: ignored
+    // Reserve first, so that the range is never out of both lists.
+    state_->pending.reserve(state_->pending.size() + 1);
+    const state::mapping freed = found->second;
+    state_->live.erase(found);
+    // Captured (or unknown): no event can order the unmap after a replay, so
+    // the range waits for release(). Otherwise an event recorded now completes
+    // once the work queued before the free is done.
+    const detail::ordering_event event = ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
+    state_->pending.push_back({address, freed.handle, freed.bytes, event});
+    allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
+    pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
+  } catch (...) {  // no memory to remember it: the range stays live, mapped, rather than unmapped under queued work
+  }
+}
+
+void virtual_memory_resource::unmap_pending(bool wait) {
+  detail::stream_ordering& ordering = detail::cuda_stream_ordering();
+  std::vector<freed_range> ready;
+  std::vector<freed_range> waiting;
+  {
+    const std::lock_guard lock(mutex_);
+    auto& pending = state_->pending;
+    if (pending.empty()) return;
+    std::vector<freed_range> kept;  // in the order of the frees
+    for (const freed_range& freed : pending) {
+      if (freed.event != nullptr && ordering.has_completed(freed.event)) ready.push_back(freed);
+      else if (freed.event != nullptr && wait) waiting.push_back(freed);
+      else kept.push_back(freed);
+    }
+    pending.swap(kept);
+  }
+  unmap(ready);
+  // The waits, outside the lock: each blocks only until its own event.
+  for (auto next = waiting.begin(); next != waiting.end(); ++next) {
+    if (ordering.wait(next->event)) continue;
+    const auto unfinished = static_cast<std::size_t>(waiting.end() - next);
+    {
+      const std::lock_guard lock(mutex_);
+      state_->pending.insert(state_->pending.end(), next, waiting.end());
+    }
+    waiting.erase(next, waiting.end());
+    unmap(waiting);
+    throw cuda_error(cudaErrorUnknown, fmt::format("cudaEventSynchronize for a pending free of {} failed; {} freed "
+                                                   "ranges stay mapped, pending",
+                                                   description(), unfinished));
+  }
+  unmap(waiting);
+}
+
+void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
+  if (freed.empty()) return;
+  const auto& calls = driver();
+  detail::stream_ordering& ordering = detail::cuda_stream_ordering();
+  for (freed_range& range : freed) {
+    if (range.event != nullptr) ordering.recycle(range.event);
+    range.event = nullptr;
+    const CUresult status = calls.unmap(static_cast<CUdeviceptr>(range.address), range.bytes);
+    detail::assert_driver_success(status, "cuMemUnmap", __FILE__, __LINE__);
+    // The creation reference: with no mapping left, the memory goes back to the device.
+    detail::assert_driver_success(calls.release(range.handle), "cuMemRelease", __FILE__, __LINE__);
+    if (status != CUDA_SUCCESS) range.bytes = 0;  // still mapped, and still counted: its addresses stay taken
+  }
+  std::size_t unmapped_bytes = 0;
+  std::size_t unmapped_count = 0;
+  const std::lock_guard lock(mutex_);
+  for (const freed_range& range : freed) {
+    if (range.bytes == 0) continue;
+    try {
+      state_->ranges.give_back(range.address, range.bytes);
+    } catch (...) {  // no memory for one more free range: those addresses stay unused
+    }
+    unmapped_bytes += range.bytes;
+    ++unmapped_count;
+  }
+  pending_.fetch_sub(unmapped_bytes, std::memory_order_relaxed);
+  mapped_.fetch_sub(unmapped_bytes, std::memory_order_relaxed);
+  mappings_.fetch_sub(unmapped_count, std::memory_order_relaxed);
+  freed.clear();
+}
+
+void virtual_memory_resource::release_completed() { unmap_pending(true); }
+
+void virtual_memory_resource::release() {
+  std::vector<freed_range> freed;
+  {
+    const std::lock_guard lock(mutex_);
+    freed.swap(state_->pending);
+  }
+  if (freed.empty()) return;
+  const detail::scoped_device on_device(device_id());
+  if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
+    {
+      const std::lock_guard lock(mutex_);
+      state_->pending.insert(state_->pending.begin(), freed.begin(), freed.end());
+    }
+    detail::check_cuda(status, [&] {
+      return fmt::format("cudaDeviceSynchronize before {} unmaps {} freed ranges", description(), freed.size());
+    });
+  }
+  unmap(freed);
+}
+
+virtual_memory_resource::exported_handle virtual_memory_resource::export_handle(const void* p) const {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  state::mapping exported;
+  {
+    const std::lock_guard lock(mutex_);
+    const auto found = state_->live.find(address);
+    if (found == state_->live.end())
+      throw std::invalid_argument(fmt::format("export_handle: {} is not the start of a live allocation of {}",
+                                              fmt::ptr(p), description()));
+    exported = found->second;
+  }
+  if (!exported.exportable)
+    throw cuda_error(cudaErrorNotSupported,
+                     fmt::format("export_handle of {} ({} bytes) from {}: the allocation was made without the POSIX "
+                                 "file descriptor handle type ({})",
+                                 fmt::ptr(p), exported.bytes, description(),
+                                 is_exportable() ? "the handle type was not asked for"
+                                                 : "the driver refused it, or virtual_memory_options.exportable is off"));
+  const auto& calls = driver();
+  // A reference of our own on the handle mapped at p, for the export.
+  CUmemGenericAllocationHandle handle = 0;
+  detail::check_driver(calls.retain_allocation_handle(&handle, const_cast<void*>(p)), [&] {
+    return fmt::format("cuMemRetainAllocationHandle at {} of {}", fmt::ptr(p), description());
+  });
+  int descriptor = -1;
+  const CUresult status =
+      calls.export_to_shareable_handle(&descriptor, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+  detail::check_driver(status, [&] {
+    return fmt::format("cuMemExportToShareableHandle (POSIX file descriptor) of {} ({} bytes) from {}", fmt::ptr(p),
+                       exported.bytes, description());
+  });
+  return {descriptor, exported.bytes};
+}
+
+}  // namespace cudapmr

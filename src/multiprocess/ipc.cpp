@@ -3,6 +3,8 @@
 
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/driver_entry_point.hpp"
+#include "cudapmr/detail/virtual_memory_driver.hpp"
+#include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 
 #include <cuda.h>
@@ -17,7 +19,7 @@ namespace {
 
 /// Marks cudapmr's protocol messages, so that a stray message is refused by name.
 constexpr std::uint32_t protocol_tag = 0x524d5043;  // "CPMR"
-enum class message_kind : std::uint32_t { shared_memory = 1, released = 2 };
+enum class message_kind : std::uint32_t { shared_memory = 1, released = 2, virtual_memory = 3 };
 
 struct message_header {
   std::uint32_t tag;
@@ -27,6 +29,11 @@ struct message_header {
 struct shared_memory_message {
   message_header header{protocol_tag, message_kind::shared_memory};
   ipc_memory_handle memory;
+};
+
+struct virtual_memory_message {
+  message_header header{protocol_tag, message_kind::virtual_memory};
+  std::uint64_t bytes;
 };
 
 struct released_message {
@@ -197,6 +204,102 @@ void release_shared_memory(ipc_channel& channel, shared_memory&& memory, stream_
   CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
   {
     shared_memory released = std::move(memory);  // closes the view, then the pool
+  }
+  channel.send_value(released_message{});
+}
+
+// ---- allocations of a virtual_memory_resource ----------------------------------
+
+imported_virtual_memory::imported_virtual_memory(file_descriptor descriptor, std::size_t bytes, int device) {
+  if (!descriptor.is_open()) throw std::invalid_argument("imported_virtual_memory: the descriptor is closed");
+  if (bytes == 0) throw std::invalid_argument("imported_virtual_memory: 0 bytes");
+  detail::validate_device_ordinal(device);
+  const auto& calls = detail::load_virtual_memory_driver();
+  // The descriptor's value travels as the pointer-sized handle the driver expects.
+  void* shareable = reinterpret_cast<void*>(static_cast<std::uintptr_t>(descriptor.get()));
+  CUmemGenericAllocationHandle handle = 0;
+  detail::check_driver(calls.import_from_shareable_handle(&handle, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                       [&] { return fmt::format("cuMemImportFromShareableHandle of descriptor {}", descriptor.get()); });
+  handle_ = handle;
+  bytes_ = bytes;
+  descriptor.reset();  // the imported handle keeps the memory
+  try {
+    CUdeviceptr address = 0;
+    detail::check_driver(calls.address_reserve(&address, bytes, 0, 0, 0),
+                         [&] { return fmt::format("cuMemAddressReserve of {} bytes for an import", bytes); });
+    address_ = static_cast<std::uintptr_t>(address);
+    if (const CUresult mapped = calls.map(address, bytes, 0, handle, 0); mapped != CUDA_SUCCESS) {
+      detail::assert_driver_success(calls.address_free(address, bytes), "cuMemAddressFree", __FILE__, __LINE__);
+      address_ = 0;
+      detail::throw_driver_error(mapped, fmt::format("cuMemMap of an imported allocation as {} bytes (a size other "
+                                                     "than the exported allocation's is refused)",
+                                                     bytes));
+    }
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    detail::check_driver(calls.set_access(address, bytes, &access, 1), [&] {
+      return fmt::format("cuMemSetAccess of {} imported bytes for device {}", bytes, device);
+    });
+  } catch (...) {
+    reset();
+    throw;
+  }
+}
+
+imported_virtual_memory::~imported_virtual_memory() { reset(); }
+
+imported_virtual_memory::imported_virtual_memory(imported_virtual_memory&& other) noexcept
+    : address_(std::exchange(other.address_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      handle_(std::exchange(other.handle_, 0)) {}
+
+imported_virtual_memory& imported_virtual_memory::operator=(imported_virtual_memory&& other) noexcept {
+  if (this != &other) {
+    reset();
+    address_ = std::exchange(other.address_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+    handle_ = std::exchange(other.handle_, 0);
+  }
+  return *this;
+}
+
+void imported_virtual_memory::reset() noexcept {
+  if (handle_ == 0) return;
+  const auto& calls = detail::load_virtual_memory_driver();  // loaded: a handle exists
+  if (address_ != 0) {
+    // address_ is set only while mapped (a failed map frees the range at once).
+    detail::assert_driver_success(calls.unmap(static_cast<CUdeviceptr>(address_), bytes_), "cuMemUnmap", __FILE__,
+                                  __LINE__);
+    detail::assert_driver_success(calls.address_free(static_cast<CUdeviceptr>(address_), bytes_), "cuMemAddressFree",
+                                  __FILE__, __LINE__);
+  }
+  detail::assert_driver_success(calls.release(handle_), "cuMemRelease", __FILE__, __LINE__);
+  address_ = 0;
+  bytes_ = 0;
+  handle_ = 0;
+}
+
+void send_virtual_memory(ipc_channel& channel, const virtual_memory_resource& resource, const void* p,
+                         stream_ref stream) {
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
+  const virtual_memory_resource::exported_handle exported = resource.export_handle(p);
+  const file_descriptor descriptor(exported.descriptor);
+  channel.send_value(virtual_memory_message{.bytes = exported.bytes}, descriptor.get());
+}
+
+imported_virtual_memory receive_virtual_memory(ipc_channel& channel, int device) {
+  auto [message, descriptor] = channel.receive_value_with_descriptor<virtual_memory_message>();
+  check_header(message.header, message_kind::virtual_memory, "receive_virtual_memory");
+  if (!descriptor.is_open()) throw std::runtime_error("receive_virtual_memory: the message carried no descriptor");
+  return imported_virtual_memory(std::move(descriptor), static_cast<std::size_t>(message.bytes), device);
+}
+
+void release_virtual_memory(ipc_channel& channel, imported_virtual_memory&& memory, stream_ref stream) {
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream.get()));
+  {
+    imported_virtual_memory released = std::move(memory);
   }
   channel.send_value(released_message{});
 }

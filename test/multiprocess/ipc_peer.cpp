@@ -6,6 +6,8 @@
 //   cudapmr_ipc_peer SOCKET verify-and-write SEED_IN SEED_OUT
 //       opens the shared memory, checks that word i is SEED_IN + i, writes
 //       SEED_OUT + i, and releases it (the lifetime protocol of ipc.hpp)
+//   cudapmr_ipc_peer SOCKET verify-and-write-virtual SEED_IN SEED_OUT
+//       the same for an allocation of a virtual_memory_resource (send_virtual_memory)
 //   cudapmr_ipc_peer SOCKET without-descriptor
 //       receives a memory description with no pool descriptor and must fail to open it
 //   cudapmr_ipc_peer SOCKET wrong-pool
@@ -32,9 +34,8 @@ using cudapmr::imported_pool;
 using cudapmr::ipc_channel;
 using cudapmr::ipc_memory_handle;
 
-int verify_and_write(ipc_channel& channel, std::uint32_t seed_in, std::uint32_t seed_out) {
-  cudapmr::shared_memory memory = cudapmr::receive_shared_memory(channel);
-  const std::span<std::uint32_t> words = memory.view.span<std::uint32_t>();
+/// Counts the words of `words` (device memory) that differ from `seed_in + i`, then writes `seed_out + i`.
+std::size_t check_and_rewrite(std::span<std::uint32_t> words, std::uint32_t seed_in, std::uint32_t seed_out) {
   std::vector<std::uint32_t> host(words.size());
   CUDAPMR_CHECK(cudaMemcpy(host.data(), words.data(), words.size_bytes(), cudaMemcpyDefault));
   std::size_t mismatches = 0;
@@ -43,8 +44,21 @@ int verify_and_write(ipc_channel& channel, std::uint32_t seed_in, std::uint32_t 
     host[i] = seed_out + static_cast<std::uint32_t>(i);
   }
   CUDAPMR_CHECK(cudaMemcpy(words.data(), host.data(), words.size_bytes(), cudaMemcpyDefault));
-  cudapmr::release_shared_memory(channel, std::move(memory), cudapmr::stream_ref{});
   if (mismatches != 0) std::fprintf(stderr, "ipc peer: %zu of %zu words differ from the sequence\n", mismatches, host.size());
+  return mismatches;
+}
+
+int verify_and_write(ipc_channel& channel, std::uint32_t seed_in, std::uint32_t seed_out) {
+  cudapmr::shared_memory memory = cudapmr::receive_shared_memory(channel);
+  const std::size_t mismatches = check_and_rewrite(memory.view.span<std::uint32_t>(), seed_in, seed_out);
+  cudapmr::release_shared_memory(channel, std::move(memory), cudapmr::stream_ref{});
+  return mismatches == 0 ? 0 : 1;
+}
+
+int verify_and_write_virtual(ipc_channel& channel, std::uint32_t seed_in, std::uint32_t seed_out) {
+  cudapmr::imported_virtual_memory memory = cudapmr::receive_virtual_memory(channel, 0);
+  const std::size_t mismatches = check_and_rewrite(memory.span<std::uint32_t>(), seed_in, seed_out);
+  cudapmr::release_virtual_memory(channel, std::move(memory), cudapmr::stream_ref{});
   return mismatches == 0 ? 0 : 1;
 }
 
@@ -108,6 +122,9 @@ int main(int argc, char** argv) {
     if (role == "verify-and-write" && arguments.size() == 4)
       return verify_and_write(channel, static_cast<std::uint32_t>(std::stoul(arguments[2])),
                               static_cast<std::uint32_t>(std::stoul(arguments[3])));
+    if (role == "verify-and-write-virtual" && arguments.size() == 4)
+      return verify_and_write_virtual(channel, static_cast<std::uint32_t>(std::stoul(arguments[2])),
+                                      static_cast<std::uint32_t>(std::stoul(arguments[3])));
     if (role == "without-descriptor") return without_descriptor(channel);
     if (role == "wrong-pool") return wrong_pool(channel);
     if (role == "oversized") return oversized(channel);

@@ -8,6 +8,7 @@
 #include <cudapmr/error.hpp>
 #include <cudapmr/multiprocess/ipc.hpp>
 #include <cudapmr/multiprocess/process.hpp>
+#include <cudapmr/virtual_memory_resource.hpp>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -162,6 +164,95 @@ TEST(Ipc, ReceivingSomethingElseThanSharedMemoryIsRefused) {
   auto [exporter, importer] = ipc_channel::make_pair(1s);
   exporter.send_value(std::uint64_t{42});
   EXPECT_THROW(static_cast<void>(receive_shared_memory(importer)), std::runtime_error);
+}
+
+// ---- allocations of a virtual_memory_resource --------------------------------
+
+/// Writes `seed + i` to the words at `device_words` and waits for the copy.
+void write_words(void* device_words, std::size_t count, std::uint32_t seed) {
+  std::vector<std::uint32_t> words(count);
+  std::iota(words.begin(), words.end(), seed);
+  ASSERT_EQ(cudaMemcpy(device_words, words.data(), count * sizeof(std::uint32_t), cudaMemcpyDefault), cudaSuccess);
+}
+
+/// How many of the words at `device_words` differ from `seed + i`.
+std::size_t mismatches_in(const void* device_words, std::size_t count, std::uint32_t seed) {
+  std::vector<std::uint32_t> words(count);
+  EXPECT_EQ(cudaMemcpy(words.data(), device_words, count * sizeof(std::uint32_t), cudaMemcpyDefault), cudaSuccess);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < count; ++i) mismatches += words[i] != seed + static_cast<std::uint32_t>(i);
+  return mismatches;
+}
+
+/// One exportable allocation of 16 MiB from a virtual_memory_resource of device 0, freed at the end.
+class VirtualMemoryExport : public ::testing::Test {
+ protected:
+  static constexpr std::size_t bytes = word_count * sizeof(std::uint32_t);
+
+  void SetUp() override {
+    CUDAPMR_REQUIRE_GPU();
+    resource_.emplace(0);
+    if (!resource_->is_exportable()) GTEST_SKIP() << "the driver refused the POSIX file descriptor handle type";
+    stream_.emplace(0);
+    p_ = resource_->allocate_async(bytes, *stream_);
+  }
+  void TearDown() override {
+    if (p_ != nullptr) resource_->deallocate_async(p_, bytes, *stream_);
+  }
+
+  std::optional<virtual_memory_resource> resource_;
+  std::optional<cudapmr::stream> stream_;
+  void* p_ = nullptr;
+};
+
+TEST_F(VirtualMemoryExport, AnImportInThisProcessMapsTheSameMemoryAtASecondAddress) {
+  const virtual_memory_resource::exported_handle exported = resource_->export_handle(p_);
+  ASSERT_GE(exported.descriptor, 0);
+  EXPECT_EQ(exported.bytes, bytes) << "16 MiB is a multiple of the granularity";
+  {
+    imported_virtual_memory imported(file_descriptor(exported.descriptor), exported.bytes, 0);
+    ASSERT_NE(imported.data(), p_);
+    EXPECT_EQ(imported.size_bytes(), exported.bytes);
+    ASSERT_NO_FATAL_FAILURE(write_words(p_, word_count, 77));
+    EXPECT_EQ(mismatches_in(imported.data(), word_count, 77), 0u) << "the second address maps other memory";
+    ASSERT_NO_FATAL_FAILURE(write_words(imported.data(), word_count, 300));
+    EXPECT_EQ(mismatches_in(p_, word_count, 300), 0u);
+  }
+  EXPECT_THROW(static_cast<void>(resource_->export_handle(static_cast<char*>(p_) + 4096)), std::invalid_argument)
+      << "only the start of an allocation is exported";
+}
+
+TEST_F(VirtualMemoryExport, AnotherProcessReadsAndWritesTheAllocation) {
+  ASSERT_NO_FATAL_FAILURE(write_words(p_, word_count, 2000));
+  ipc_listener listener;
+  peer_connection peer(listener, {"verify-and-write-virtual", "2000", "9000"});
+  send_virtual_memory(peer.channel, *resource_, p_, *stream_);
+  wait_for_release(peer.channel);
+  EXPECT_EQ(peer.process.wait(), 0) << "the peer saw other values than the ones written here";
+  EXPECT_EQ(mismatches_in(p_, word_count, 9000), 0u) << "the peer's writes are not visible here";
+}
+
+TEST(VirtualMemoryIpc, ADescriptorThatIsNotAnAllocationIsRefused) {
+  CUDAPMR_REQUIRE_GPU();
+  EXPECT_THROW(imported_virtual_memory memory(file_descriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC)), 4096, 0),
+               cuda_error);
+}
+
+TEST(VirtualMemoryIpc, AClosedDescriptorOrZeroBytesAreRefusedBeforeCudaIsAsked) {
+  try {
+    const imported_virtual_memory memory(file_descriptor{}, 4096, 0);
+    ADD_FAILURE() << "imported memory from no descriptor";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("closed"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(imported_virtual_memory(file_descriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC)), 0, 0),
+               std::invalid_argument);
+}
+
+TEST(VirtualMemoryIpc, ReceivingSomethingElseThanVirtualMemoryIsRefused) {
+  auto [exporter, importer] = ipc_channel::make_pair(1s);
+  exporter.send_value(std::uint64_t{42});
+  EXPECT_THROW(static_cast<void>(receive_virtual_memory(importer, 0)), std::runtime_error);
 }
 
 }  // namespace

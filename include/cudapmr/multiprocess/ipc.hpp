@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file ipc.hpp
-/// Sharing pool memory between processes on one machine (CUDA IPC memory pools).
+/// Sharing pool memory between processes on one machine (CUDA IPC memory
+/// pools), and the allocations of a virtual_memory_resource (below).
 ///
 /// The exporter owns a pool made with `device_pool_options{.ipc_enabled = true}`
 /// and memory allocated from it; the importer opens that memory as a view.
@@ -25,6 +26,7 @@
 #include "cudapmr/multiprocess/ipc_channel.hpp"
 #include "cudapmr/pool_resource.hpp"
 #include "cudapmr/stream.hpp"
+#include "cudapmr/virtual_memory_resource.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -154,6 +156,66 @@ void send_shared_memory(ipc_channel& channel, const pool_resource& resource, con
 /// memory), closes the view and the pool, then tells the exporter.
 /// \throws std::system_error from the channel; cuda_error from the synchronize.
 void release_shared_memory(ipc_channel& channel, shared_memory&& memory, stream_ref stream);
+
+// ---- allocations of a virtual_memory_resource ----------------------------------
+//
+// The same lifetime protocol carries one allocation of a
+// virtual_memory_resource: `send_virtual_memory` (step 1) sends its file
+// descriptor (virtual_memory_resource::export_handle) and size;
+// `receive_virtual_memory` (step 2) imports and maps it; the importer ends with
+// `release_virtual_memory` (step 3) and the exporter frees the allocation only
+// after `wait_for_release` (step 4). The descriptor is the capability.
+
+/// Another process's (or this one's) virtual_memory_resource allocation,
+/// imported and mapped into this process at an address of its own: writes
+/// through either address reach the same memory, visible through the other
+/// after the writing work completes. Owns its address range, mapping and
+/// handle, which destruction gives back. Move-only.
+class imported_virtual_memory final {
+ public:
+  /// Imports the allocation behind `descriptor` (from export_handle) of
+  /// `bytes` (the exporter's exported_handle::bytes), maps it and lets `device`
+  /// read and write it; closes the descriptor.
+  /// \throws std::invalid_argument for a closed descriptor, zero bytes or a bad
+  ///   ordinal; cuda_error where the driver refuses (not such a descriptor, a
+  ///   size other than the allocation's).
+  imported_virtual_memory(file_descriptor descriptor, std::size_t bytes, int device);
+  /// Unmaps, releases the handle, frees the address range. Work of this
+  /// process that uses the memory must be complete. Never throws.
+  ~imported_virtual_memory();
+  imported_virtual_memory(imported_virtual_memory&& other) noexcept;
+  imported_virtual_memory& operator=(imported_virtual_memory&& other) noexcept;
+  imported_virtual_memory(const imported_virtual_memory&) = delete;
+  imported_virtual_memory& operator=(const imported_virtual_memory&) = delete;
+
+  [[nodiscard]] void* data() const noexcept { return reinterpret_cast<void*>(address_); }
+  [[nodiscard]] std::size_t size_bytes() const noexcept { return bytes_; }
+  /// The memory as whole elements of `T`; device memory: dereference it in kernels only.
+  template <class T>
+  [[nodiscard]] std::span<T> span() const noexcept {
+    return {static_cast<T*>(data()), bytes_ / sizeof(T)};
+  }
+
+ private:
+  void reset() noexcept;
+
+  std::uintptr_t address_ = 0;
+  std::size_t bytes_ = 0;
+  unsigned long long handle_ = 0;  // the imported CUmemGenericAllocationHandle
+};
+
+/// Exporter, step 1: synchronizes `stream`, then sends the descriptor and size
+/// of the allocation of `resource` that starts at `p`.
+/// \throws as virtual_memory_resource::export_handle; std::system_error from the channel.
+void send_virtual_memory(ipc_channel& channel, const virtual_memory_resource& resource, const void* p,
+                         stream_ref stream);
+/// Importer, step 2: receives step 1's message and maps the allocation for `device`.
+/// \throws std::runtime_error for a message that is not step 1's or carries no
+///   descriptor; as imported_virtual_memory's constructor; std::system_error from the channel.
+[[nodiscard]] imported_virtual_memory receive_virtual_memory(ipc_channel& channel, int device);
+/// Importer, step 3: synchronizes `stream`, unmaps the memory, then tells the exporter.
+/// \throws std::system_error from the channel; cuda_error from the synchronize.
+void release_virtual_memory(ipc_channel& channel, imported_virtual_memory&& memory, stream_ref stream);
 
 /// Exporter, step 4: blocks until the importer has released the memory
 /// (or the channel's timeout has passed).

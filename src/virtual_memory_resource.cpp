@@ -350,6 +350,17 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
 
 void virtual_memory_resource::release_completed() { unmap_pending(true); }
 
+void virtual_memory_resource::do_trim(stream_ref /*stream: each pending free has its own event*/) {
+  release_completed();
+}
+
+void virtual_memory_resource::do_report(resource_state& state) const {
+  state.used_bytes = allocated_bytes();
+  state.reserved_bytes = mapped_bytes();
+  state.peak_reserved_bytes = mapped_bytes_high();
+  state.releasable_bytes = pending_bytes();
+}
+
 void virtual_memory_resource::release() {
   std::vector<freed_range> freed;
   {

@@ -123,6 +123,9 @@ class virtual_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
+  /// Unmaps every pending free once its event has completed (`release_completed`).
+  void do_trim(stream_ref stream) override;
+  void do_report(resource_state& state) const override;
 
   /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`.
   [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested);

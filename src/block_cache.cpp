@@ -720,6 +720,15 @@ std::uint64_t block_cache::hits() const {
   return total;
 }
 
+std::size_t block_cache::streams() const {
+  std::size_t total = 0;
+  for (const entry_shard& shard : entries_) {
+    const std::lock_guard lock(shard.mutex);
+    total += shard.entries.size();
+  }
+  return total;
+}
+
 std::vector<std::pair<cudaStream_t, std::size_t>> block_cache::bytes_by_stream() const {
   std::vector<std::pair<cudaStream_t, std::size_t>> result;
   std::size_t ready_bytes = 0;

@@ -235,7 +235,7 @@ void caching_resource::do_trim(stream_ref stream) {
 cache_statistics caching_resource::statistics() const {
   return {cache_.hits(),   cache_.misses(),    cache_.bytes(),
           cache_.blocks(), cache_.max_bytes(), cache_.seals(),
-          cache_.cross_stream_reuses(), upstream_resource().state().reserved_bytes};
+          cache_.cross_stream_reuses(), upstream_resource().state().reserved_bytes, cache_.streams()};
 }
 
 void caching_resource::do_report(resource_state& state) const {

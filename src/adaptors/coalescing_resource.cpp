@@ -483,6 +483,7 @@ coalescing_statistics coalescing_resource::statistics() const {
   coalescing_statistics result = counts_;
   result.segments = segments_.size();
   result.pending_blocks = pending_.size();
+  result.streams = pools_.size();
   return result;
 }
 

@@ -8,6 +8,7 @@
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
 #include <cudapmr/device.hpp>
 #include <cudapmr/device_malloc_resource.hpp>
@@ -895,6 +896,24 @@ TEST(CachingResourceOnGpu, ReleaseWhileAnotherThreadCapturesLeavesTheCaptureVali
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
   device_memory.deallocate_async(words, mebibyte, capturing);
+}
+
+TEST(CachingResourceOnGpu, AStreamPerRequestKeepsTheBookkeepingBounded) {
+  // A server that makes a stream per request: CUDA gives a destroyed stream's
+  // handle to a later one, so the caches' per-stream entries stay few.
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource device_memory(0, device_pool_options{});
+  caching_resource cache(device_memory);
+  coalescing_resource arena(device_memory);
+  for (int request = 0; request < 2000; ++request) {
+    const cudapmr::stream per_request(0);
+    cache.deallocate_async(cache.allocate_async(4096, per_request), 4096, per_request);
+    arena.deallocate_async(arena.allocate_async(4096, per_request), 4096, per_request);
+  }
+  EXPECT_LE(cache.statistics().streams, 64u);
+  EXPECT_LE(arena.statistics().streams, 64u);
+  cache.release();
+  arena.release();
 }
 
 TEST(CachingResourceOnGpu, PmrDeallocateIsAFreeInOrderOnTheBoundStream) {

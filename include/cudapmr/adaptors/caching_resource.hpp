@@ -61,6 +61,9 @@ struct cache_statistics {
   /// says: a pool's reserve, what `device_malloc_resource` allocated, what a
   /// `virtual_memory_resource` has mapped; none where the upstream cannot tell.
   std::optional<std::size_t> upstream_reserved;
+  /// Streams with an entry in the cache: one per stream handle seen (CUDA
+  /// gives a destroyed stream's handle to a later stream, which reuses it).
+  std::size_t streams = 0;
 };
 
 /// Caches freed blocks by size class (four per power of two) so that a free

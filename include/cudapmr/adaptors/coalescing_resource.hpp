@@ -57,6 +57,8 @@ struct coalescing_statistics {
   std::size_t retired_blocks = 0;
   /// Wholly free segments of one stream taken over by another that missed.
   std::uint64_t segments_adopted = 0;
+  /// Streams with a pool of segments: one per stream handle seen.
+  std::size_t streams = 0;
 };
 
 /// Serves requests from segments it takes from the upstream, as a framework's

@@ -155,6 +155,8 @@ class block_cache {
   [[nodiscard]] std::size_t bytes() const;
   [[nodiscard]] std::size_t blocks() const;
   [[nodiscard]] std::size_t max_bytes() const noexcept { return max_bytes_; }
+  /// Streams the cache keeps an entry for: one per stream handle it has seen.
+  [[nodiscard]] std::size_t streams() const;
   /// Bytes held per stream (unsealed and sealed blocks by the stream that freed them; ready ones under null).
   [[nodiscard]] std::vector<std::pair<cudaStream_t, std::size_t>> bytes_by_stream() const;
   /// Events recorded so far: how often streams sealed their frees.

@@ -12,6 +12,8 @@
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/coalescing_resource.hpp>
+#include <cudapmr/device_stack.hpp>
+#include <cudapmr/virtual_memory_resource.hpp>
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
@@ -180,6 +182,10 @@ std::vector<entrant> entrants() {
        [] { return ours_caching(std::make_shared<cudapmr::device_malloc_resource>(0), false); }},
       {"device", "cudapmr:coalescing_resource(device_malloc)", false,
        [] { return ours_coalescing(std::make_shared<cudapmr::device_malloc_resource>(0)); }},
+      {"device", "cudapmr:device_stack", false,
+       [] { return ours(std::make_shared<cudapmr::device_stack>(0), false); }},
+      {"device", "cudapmr:coalescing_resource(virtual_memory)", false,
+       [] { return ours_coalescing(std::make_shared<cudapmr::virtual_memory_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
       {"pinned", "peer:pinned pool (cudaMallocFromPoolAsync)", false,
        [=] { return make_cuda_pool_allocator(default_pool(host, cudaMemAllocationTypePinned)); }},

@@ -21,6 +21,8 @@
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/coalescing_resource.hpp>
+#include <cudapmr/device_stack.hpp>
+#include <cudapmr/virtual_memory_resource.hpp>
 #include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
 
@@ -127,6 +129,9 @@ std::vector<entrant> entrants() {
   all.push_back({"cudapmr:caching_resource (pool releases at sync)", [] { return over_pool(caching_front, 0); }});
   all.push_back({"cudapmr:caching_resource (over device_malloc_resource)", [] { return over_malloc(caching_front); }});
   all.push_back({"cudapmr:coalescing_resource (over device_malloc_resource)", [] { return over_malloc(coalescing_front); }});
+  all.push_back({"cudapmr:coalescing_resource (over virtual_memory_resource)",
+                 [] { return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::virtual_memory_resource>(0), coalescing_front); }});
+  all.push_back({"cudapmr:device_stack", [] { return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_stack>(0), nullptr); }});
   return all;
 }
 
@@ -215,6 +220,23 @@ void stream_per_request(workload_context& context) {
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   }
+}
+
+/// The same 4 GiB held first as 4 MiB blocks, then as 2 GiB blocks, then as
+/// 256 KiB blocks: what one size leaves behind must serve the next.
+void size_phases(workload_context& context) {
+  const cudaStream_t stream = new_stream();
+  constexpr std::size_t total = 4096 * mebibyte;
+  for (const std::size_t bytes : {4 * mebibyte, 2048 * mebibyte, mebibyte / 4}) {
+    std::vector<void*> held;
+    for (std::size_t sum = 0; sum < total; sum += bytes) {
+      held.push_back(context.allocate(bytes, stream));
+      touch(held.back(), std::min(bytes, mebibyte), stream);
+    }
+    for (void* p : held) context.deallocate(p, bytes, stream);
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 
 /// The random mix (256 B .. 4 MiB, up to 1,000 live, mt19937_64 seed 42) over
@@ -326,6 +348,7 @@ std::vector<named_workload> workloads(const std::vector<replay::event>& trace) {
       {"cross-stream 1 MiB", cross_stream},
       {"growing 1 MiB..1 GiB", growing},
       {"new stream per request", stream_per_request},
+      {"phases 4 MiB / 2 GiB / 256 KiB", size_phases},
       {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
       {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
       {"trace replay, 16 threads", [&trace](workload_context& c) { replay_trace(c, trace); }},

@@ -36,4 +36,5 @@
 #include "cudapmr/stream.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
 #include "cudapmr/version.hpp"
+#include "cudapmr/device_stack.hpp"
 #include "cudapmr/virtual_memory_resource.hpp"

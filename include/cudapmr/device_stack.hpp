@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// \file device_stack.hpp
+/// The default stack for device memory: a per-stream cache of small blocks
+/// over a best-fit coalescing engine over the virtual-memory leaf.
+
+#include "cudapmr/adaptors/caching_resource.hpp"
+#include "cudapmr/adaptors/coalescing_resource.hpp"
+#include "cudapmr/stream_ordered_resource.hpp"
+#include "cudapmr/virtual_memory_resource.hpp"
+
+#include <cstddef>
+#include <string>
+
+namespace cudapmr {
+
+/// The parts of a device_stack.
+struct device_stack_options {
+  /// The front: blocks up to `max_cached_block` are reused per stream with no
+  /// lock shared between streams; larger requests go straight to the engine.
+  caching_options front{.max_cached_block = std::size_t{4} << 20};
+  /// The engine: best fit in segments taken from the leaf, split and merged.
+  coalescing_options engine{};
+  /// The leaf: physical memory mapped into one reserved address range.
+  virtual_memory_options leaf{};
+};
+
+/// Device memory of one GPU through three layers that each do one thing:
+/// `caching_resource` (small blocks, per stream, at a few tens of ns) over
+/// `coalescing_resource` (best fit, so memory of one size serves requests of
+/// any other) over `virtual_memory_resource` (pages mapped as segments are
+/// made and unmapped once the work before their free is done, with no
+/// device-wide synchronize). The front gives blocks back to the engine, and
+/// the engine segments to the leaf, in stream order and without a CUDA
+/// call beyond events, so what the device holds follows what is live.
+/// Allocations during stream capture go to the engine's and the leaf's
+/// capture paths (the leaf maps memory that the graph keeps).
+///
+/// `state()` and `snapshot()` show each layer (`upstream()` walks them);
+/// `trim(stream)` empties the front and the engine and unmaps what the leaf
+/// holds freed. Thread-safe. Equal only to itself.
+class device_stack final : public stream_ordered_resource {
+ public:
+  /// \throws std::invalid_argument for a bad ordinal or option; cuda_error
+  ///   where no device exists or it lacks virtual memory management.
+  explicit device_stack(int device, device_stack_options options = {});
+  /// Hands everything back, front first. Never throws.
+  ~device_stack() override = default;
+
+  /// Hands back what the front and the engine hold, then frees in the leaf
+  /// the memory of graphs captured over the stack and every freed range,
+  /// after synchronizing the device: call it once no such graph will replay.
+  /// \throws cuda_error if a synchronize fails.
+  void release();
+
+  [[nodiscard]] caching_resource& front() noexcept { return front_; }
+  [[nodiscard]] coalescing_resource& engine() noexcept { return engine_; }
+  [[nodiscard]] virtual_memory_resource& leaf() noexcept { return leaf_; }
+  [[nodiscard]] std::string description() const override;
+
+ private:
+  [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return own_bound_stream(front_); }
+  [[nodiscard]] const stream_ordered_resource& do_bound_stream_owner() const noexcept override {
+    return bound_stream_owner(front_);
+  }
+  [[nodiscard]] const stream_ordered_resource* do_upstream() const noexcept override { return &front_; }
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override {
+    return front_.allocate_async(bytes, alignment, stream);
+  }
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override {
+    front_.deallocate_async(p, bytes, alignment, stream);
+  }
+  // The front's own pmr path: ready blocks with no synchronize.
+  void* do_allocate(std::size_t bytes, std::size_t alignment) override { return front_.allocate(bytes, alignment); }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
+    front_.deallocate(p, bytes, alignment);
+  }
+  void do_trim(stream_ref stream) override { front_.trim(stream); }
+
+  // Declared leaf first: destroyed front first.
+  virtual_memory_resource leaf_;
+  coalescing_resource engine_;
+  caching_resource front_;
+};
+
+/// The process's device_stack of `device` (default: the current device), made
+/// on first use and never destroyed, its front and engine handed back at exit.
+/// \throws as device_stack's constructor.
+[[nodiscard]] device_stack& default_device_stack(int device = -1);
+
+}  // namespace cudapmr

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// device_stack: the shared contract, its layers in a snapshot, memory that
+// follows what is live, and a captured graph that allocates, uses and frees
+// temporaries and replays with flat memory.
+#include "support/resource_contract.hpp"
+
+#include <cudapmr/device.hpp>
+#include <cudapmr/device_stack.hpp>
+#include <cudapmr/memory_snapshot.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cudapmr::test {
+
+struct device_stack_case {
+  static constexpr const char* name = "device_stack";
+  static constexpr bool needs_gpu = true;
+  static std::unique_ptr<stream_ordered_resource> make() { return std::make_unique<device_stack>(0); }
+  static std::size_t exhausting_request() { return impossible_request; }
+};
+
+namespace {
+
+TEST(DeviceStack, ASnapshotShowsEachLayer) {
+  CUDAPMR_REQUIRE_GPU();
+  device_stack stack(0);
+  const cudapmr::stream stream(0);
+  void* small = stack.allocate_async(4096, stream);
+  void* large = stack.allocate_async(64 * mebibyte, stream);
+  const memory_snapshot taken = snapshot(stack);
+  ASSERT_EQ(taken.resources.size(), 4u);
+  EXPECT_EQ(taken.resources[0].name, "device_stack (device 0)");
+  EXPECT_EQ(taken.resources[1].name, "caching_resource");
+  EXPECT_EQ(taken.resources[2].name, "coalescing_resource");
+  EXPECT_EQ(taken.resources[3].name, "virtual_memory_resource (device 0)");
+  EXPECT_GE(taken.resources[3].reserved_bytes.value_or(0), 64 * mebibyte + 4096);
+  stack.deallocate_async(small, 4096, stream);
+  stack.deallocate_async(large, 64 * mebibyte, stream);
+}
+
+TEST(DeviceStack, WhatTheDeviceHoldsFollowsWhatIsLive) {
+  CUDAPMR_REQUIRE_GPU();
+  device_stack stack(0);
+  const cudapmr::stream stream(0);
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (std::size_t bytes = mebibyte; bytes <= 256 * mebibyte; bytes += bytes / 10)
+    live.emplace_back(stack.allocate_async(bytes, stream), bytes);
+  std::size_t held = 0;
+  for (const auto& [p, bytes] : live) held += bytes;
+  EXPECT_LE(stack.leaf().mapped_bytes(), held + held / 10 + 64 * mebibyte);
+  for (const auto& [p, bytes] : live) stack.deallocate_async(p, bytes, stream);
+  stack.trim(stream);
+  EXPECT_EQ(stack.leaf().mapped_bytes(), 0u);
+  EXPECT_EQ(stack.engine().statistics().reserved_bytes, 0u);
+}
+
+TEST(DeviceStack, AGraphThatAllocatesAndFreesTemporariesReplaysWithFlatMemory) {
+  CUDAPMR_REQUIRE_GPU();
+  device_stack stack(0);
+  const cudapmr::stream stream(0);
+  load_test_kernels();
+  constexpr std::size_t count = mebibyte / 4;
+  auto* result = static_cast<std::uint32_t*>(stack.allocate_async(mebibyte, stream));
+  stream.synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  auto* temporary = static_cast<std::uint32_t*>(stack.allocate_async(mebibyte, stream));
+  write_sequence(temporary, count, 5, stream);
+  add_to_each(temporary, count, 1, stream);
+  ASSERT_EQ(cudaMemcpyAsync(result, temporary, mebibyte, cudaMemcpyDeviceToDevice, stream.get()), cudaSuccess);
+  stack.deallocate_async(temporary, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  std::size_t free_after_first = 0;
+  for (int replay = 0; replay < 200; ++replay) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    if (replay == 0) {
+      stream.synchronize();
+      free_after_first = device(0).free_memory();
+    }
+  }
+  EXPECT_EQ(count_sequence_mismatches(result, count, 6, stream), 0u);
+  EXPECT_EQ(device(0).free_memory(), free_after_first) << "replays must not take more memory";
+  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  stack.deallocate_async(result, mebibyte, stream);
+  stack.release();
+  EXPECT_EQ(stack.leaf().mapped_bytes(), 0u);
+}
+
+TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {
+  CUDAPMR_REQUIRE_GPU();
+  EXPECT_EQ(&default_device_stack(0), &default_device_stack(0));
+  EXPECT_THROW(static_cast<void>(default_device_stack(device::count())), std::invalid_argument);
+}
+
+}  // namespace
+
+using device_stack_cases = ::testing::Types<device_stack_case>;
+CUDAPMR_INSTANTIATE_RESOURCE_CONTRACT(DeviceStack, device_stack_cases, device_stack_cases);
+
+}  // namespace cudapmr::test

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # The Python package on a GPU machine with no network, from the repository root:
 #   OUT=/some/dir test/python/gpu_check.sh WHEELS_DIR
-# installs nanobind, scikit-build-core and pytest from the wheels in WHEELS_DIR
+# installs nanobind, scikit-build-core, pytest and hypothesis from the wheels in WHEELS_DIR
 # into a venv that still sees the system's numpy, cupy, torch and cuda.core,
 # builds and installs cudapmr, then runs pytest, the sample (compared line by
 # line with apps/memory_resources/expected_output.txt, where `*` matches
@@ -34,6 +34,12 @@ else
   fi
   "$python" -m pip install "${pip_extra[@]}" --no-index --find-links "$wheels" nanobind scikit-build-core pytest >"$out/pip-tools.log" 2>&1
   verdict "$([[ $? == 0 ]] && echo ok || echo FAILED)" "install nanobind, scikit-build-core, pytest from $wheels"
+fi
+
+# Hypothesis for the property tests, where the wheels bring it and the image lacks it.
+if ! "$python" -c 'import hypothesis' >/dev/null 2>&1; then
+  "$python" -m pip install "${pip_extra[@]}" --no-index --find-links "$wheels" hypothesis >"$out/pip-hypothesis.log" 2>&1
+  verdict "$([[ $? == 0 ]] && echo ok || echo FAILED)" "install hypothesis from $wheels"
 fi
 
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16} CMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES:-90}

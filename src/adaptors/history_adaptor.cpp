@@ -7,9 +7,12 @@
 #include "cudapmr/error.hpp"
 #include "cudapmr/memory_snapshot.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <stdexcept>
 #include <utility>
 
 namespace cudapmr {
@@ -28,6 +31,18 @@ std::uint64_t now_ns() noexcept {
 /// A slot's stamp: odd while ticket `t` is written, `2t + 2` once it is published.
 constexpr std::uint64_t writing(std::uint64_t ticket) noexcept { return 2 * ticket + 1; }
 constexpr std::uint64_t published(std::uint64_t ticket) noexcept { return 2 * ticket + 2; }
+
+/// `options` once each limit is checked: with them, the ring's size is a power
+/// of two that `bit_ceil` can give, and its frames count fits in a size_t.
+history_options validated(const history_options& options) {
+  if (options.capacity > history_options::max_capacity)
+    throw std::invalid_argument(fmt::format("history_options::capacity of {} events is past the most, {} (2^32)",
+                                            options.capacity, history_options::max_capacity));
+  if (options.call_stack_depth > history_options::max_call_stack_depth)
+    throw std::invalid_argument(fmt::format("history_options::call_stack_depth of {} frames is past the most, {}",
+                                            options.call_stack_depth, history_options::max_call_stack_depth));
+  return options;
+}
 
 }  // namespace
 
@@ -57,9 +72,9 @@ std::string_view to_string(history_action action) noexcept {
 
 history_adaptor::history_adaptor(stream_ordered_resource& upstream, history_options options)
     : resource_adaptor(upstream),
-      options_(options),
-      mask_(std::bit_ceil(std::max<std::size_t>(options.capacity, 2)) - 1),
-      frames_per_slot_(options.capture_call_stacks ? options.call_stack_depth : 0),
+      options_(validated(options)),
+      mask_(std::bit_ceil(std::max<std::size_t>(options_.capacity, 2)) - 1),
+      frames_per_slot_(options_.capture_call_stacks ? options_.call_stack_depth : 0),
       slots_(std::make_unique<slot[]>(mask_ + 1)) {
   if (frames_per_slot_ != 0) frames_ = std::make_unique<std::atomic<void*>[]>((mask_ + 1) * frames_per_slot_);
 }

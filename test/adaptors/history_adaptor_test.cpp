@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <set>
 #include <string>
 #include <thread>
@@ -84,6 +86,57 @@ TEST(HistoryAdaptor, CapturesCallStacksWhenAskedUpToTheirDepth) {
   EXPECT_FALSE(events[0].call_stack.empty());
   EXPECT_LE(events[0].call_stack.size(), 4u);
   EXPECT_TRUE(events[1].call_stack.empty()) << "frees record no call stack";
+}
+
+TEST(HistoryAdaptor, RefusesACapacityPastItsLimitNamingIt) {
+  host_memory_resource upstream;
+  // Past 2^63 no power of two holds it: rounding up must not wrap to a tiny ring.
+  for (const std::size_t capacity : {(std::size_t{1} << 63) + 1, std::numeric_limits<std::size_t>::max(),
+                                     history_options::max_capacity + 1}) {
+    try {
+      const history_adaptor history(upstream, {.capacity = capacity});
+      ADD_FAILURE() << "a capacity of " << capacity << " events was taken: the ring holds " << history.capacity();
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("history_options::capacity of " + std::to_string(capacity)), std::string::npos) << message;
+      EXPECT_NE(message.find(std::to_string(history_options::max_capacity)), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(HistoryAdaptor, RefusesACallStackDepthPastItsLimitNamingIt) {
+  host_memory_resource upstream;
+  // capacity x depth frames would wrap around size_t to a ring of a few frames.
+  const std::size_t wrapping = (std::numeric_limits<std::size_t>::max() / 8) + 1;
+  for (const std::size_t depth : {history_options::max_call_stack_depth + 1, wrapping}) {
+    try {
+      const history_adaptor history(upstream, {.capacity = 8, .capture_call_stacks = true, .call_stack_depth = depth});
+      ADD_FAILURE() << "a call stack depth of " << depth << " frames was taken";
+    } catch (const std::invalid_argument& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("history_options::call_stack_depth of " + std::to_string(depth)), std::string::npos)
+          << message;
+      EXPECT_NE(message.find(std::to_string(history_options::max_call_stack_depth)), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(HistoryAdaptor, TakesOptionsAtTheirLimits) {
+  host_memory_resource upstream;
+  history_adaptor smallest(upstream, {.capacity = 0});
+  EXPECT_EQ(smallest.capacity(), 2u) << "a ring of at least two events";
+  history_adaptor deepest(upstream, {.capacity = 4,
+                                     .capture_call_stacks = true,
+                                     .call_stack_depth = history_options::max_call_stack_depth});
+  EXPECT_EQ(deepest.options().call_stack_depth, history_options::max_call_stack_depth);
+  for (int i = 0; i < 6; ++i) {  // round the ring, so that every slot's frames are written
+    void* p = deepest.allocate_async(64, fake_stream(1));
+    deepest.deallocate_async(p, 64, fake_stream(1));
+  }
+  const std::vector<history_event> events = deepest.events();
+  ASSERT_EQ(events.size(), 4u);
+  for (const history_event& event : events)
+    EXPECT_LE(event.call_stack.size(), history_options::max_call_stack_depth);
 }
 
 TEST(HistoryAdaptor, ConcurrentThreadsLoseNoEvent) {

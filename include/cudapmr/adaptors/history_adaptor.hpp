@@ -66,11 +66,17 @@ struct history_annotation {
 
 /// Options of a history_adaptor.
 struct history_options {
-  /// How many of the latest events are kept (rounded up to a power of two, at least 2).
+  /// The largest `capacity`: a ring of 2^32 events (256 GiB of slots) is past any machine's memory to spare.
+  static constexpr std::size_t max_capacity = std::size_t{1} << 32;
+  /// The largest `call_stack_depth`, deeper than the stacks of real programs.
+  static constexpr std::size_t max_call_stack_depth = 256;
+
+  /// How many of the latest events are kept (rounded up to a power of two, at
+  /// least 2; at most `max_capacity`).
   std::size_t capacity = std::size_t{1} << 16;
   /// Record each allocation's call stack (glibc `backtrace`, some microseconds each).
   bool capture_call_stacks = false;
-  /// The most frames kept per call stack.
+  /// The most frames kept per call stack (at most `max_call_stack_depth`).
   std::size_t call_stack_depth = 16;
   /// How many annotations are kept (the oldest go first).
   std::size_t annotation_capacity = 4096;
@@ -89,7 +95,8 @@ struct history_options {
 class history_adaptor final : public resource_adaptor {
  public:
   /// Records what passes through to `upstream`, which must outlive the adaptor.
-  /// \throws std::bad_alloc for the ring only.
+  /// \throws std::invalid_argument naming the option and its value where `capacity`
+  /// or `call_stack_depth` is past its limit; std::bad_alloc for the ring only.
   explicit history_adaptor(stream_ordered_resource& upstream, history_options options = {});
   ~history_adaptor() override;
 

@@ -217,10 +217,13 @@ void host_thread_pool::run(std::size_t parts, const std::function<void(std::size
 }
 
 host_thread_pool& host_copy_pool() {
-  // A function-local static: created on first use, joined at exit (its
-  // workers are idle then, so the join is immediate).
-  static host_thread_pool pool(host_copy_threads(std::thread::hardware_concurrency()));
-  return pool;
+  // Never destroyed: copies may run during exit (an exit handler's, the
+  // never-destroyed staging cache's), after any destructor registered at its
+  // first use. Its workers are neither joined nor detached: they sleep on the
+  // pool's condition variable, which stays valid, until the process ends, and
+  // a leak checker finds the pool reachable through this pointer.
+  static auto* pool = new host_thread_pool(host_copy_threads(std::thread::hardware_concurrency()));
+  return *pool;
 }
 
 void parallel_memcpy(void* destination, const void* source, std::size_t bytes, host_thread_pool& pool) {

@@ -4,6 +4,11 @@
 //   cudapmr_lifetime_exit host-static   static adaptors over a static host
 //                                       resource, caches full, and a static
 //                                       buffer that outlives its resource
+//   cudapmr_lifetime_exit host-copy-at-exit
+//                                       the library's host copy pool used by
+//                                       an exit handler registered before
+//                                       its first use (as a staged copy at
+//                                       exit uses it), with all its threads
 //   cudapmr_lifetime_exit gpu-pooled    the default resources with memory
 //                                       pooled, a static caching_resource and
 //                                       the default pinned cache full, a
@@ -21,6 +26,7 @@
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
 #include <cudapmr/adaptors/tracking_adaptor.hpp>
 #include <cudapmr/cudapmr.hpp>
+#include <cudapmr/detail/host_thread_pool.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +35,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -63,6 +70,46 @@ int host_static() {
   outliving = cudapmr::buffer<int>(tracking, 1000, cudapmr::stream_ref{});
   static std::pmr::vector<int> values(1000, 7, &caching);  // destroyed before its resource
   std::puts("host-static: returning from main with caches full and a buffer open");
+  return 0;
+}
+
+/// Copies 8 MiB over the library's host copy pool and checks the copy and the
+/// pool's threads (all of them, not only the caller); exits with status 1 if
+/// anything is wrong. On a machine of one hardware thread the pool has no
+/// workers, and only the copy is checked.
+void pooled_copy(const char* when) {
+  cudapmr::detail::host_thread_pool& pool = cudapmr::detail::host_copy_pool();
+  const std::size_t threads = cudapmr::detail::host_copy_threads(std::thread::hardware_concurrency());
+  if (pool.concurrency() != threads) {
+    std::fprintf(stderr, "host-copy-at-exit: the copy pool %s has %zu threads, not %zu\n", when, pool.concurrency(),
+                 threads);
+    std::_Exit(1);
+  }
+  std::vector<unsigned char> source(std::size_t{8} << 20);
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 31 + 7);
+  std::vector<unsigned char> destination(source.size());
+  cudapmr::detail::parallel_memcpy(destination.data(), source.data(), source.size(), pool);
+  if (destination == source) return;
+  std::fprintf(stderr, "host-copy-at-exit: the pooled copy %s came back wrong\n", when);
+  std::_Exit(1);
+}
+
+/// The check an exit handler of check_in_main_and_at_exit runs, and its scenario's name.
+void (*exit_check)(const char* when) = nullptr;
+const char* exit_check_scenario = "";
+
+/// Registers an exit handler that runs `check("at exit")`, then runs
+/// `check("in main")`: the handler runs after whatever the check's first run
+/// registered for exit (statics destroyed then, if they are at all).
+int check_in_main_and_at_exit(const char* scenario, void (*check)(const char* when)) {
+  exit_check = check;
+  exit_check_scenario = scenario;
+  std::atexit([] {
+    exit_check("at exit");
+    std::printf("%s: the check at exit worked\n", exit_check_scenario);
+    std::fflush(stdout);
+  });
+  check("in main");
   return 0;
 }
 
@@ -120,17 +167,9 @@ void staged_round_trip(const char* when) {
 }
 
 int gpu_staging_at_exit() {
-  // CUDA first, then this handler, then the first staged copy: at exit the
-  // handler runs after whatever that copy created was destroyed (if it is
-  // destroyed at all), and before CUDA's own teardown.
+  // CUDA first, so that the exit handler runs before CUDA's own teardown.
   static_cast<void>(cudaFree(nullptr));
-  std::atexit([] {
-    staged_round_trip("at exit");
-    std::puts("gpu-staging-at-exit: a staged copy at exit worked");
-    std::fflush(stdout);
-  });
-  staged_round_trip("in main");
-  return 0;
+  return check_in_main_and_at_exit("gpu-staging-at-exit", staged_round_trip);
 }
 
 }  // namespace
@@ -138,8 +177,10 @@ int gpu_staging_at_exit() {
 int main(int argc, char** argv) {
   const std::string_view scenario = argc > 1 ? argv[1] : "";
   if (scenario == "host-static") return host_static();
+  if (scenario == "host-copy-at-exit") return check_in_main_and_at_exit("host-copy-at-exit", pooled_copy);
   if (scenario != "gpu-pooled" && scenario != "gpu-exit" && scenario != "gpu-staging-at-exit") {
-    std::fprintf(stderr, "usage: cudapmr_lifetime_exit host-static|gpu-pooled|gpu-exit|gpu-staging-at-exit\n");
+    std::fprintf(stderr,
+                 "usage: cudapmr_lifetime_exit host-static|host-copy-at-exit|gpu-pooled|gpu-exit|gpu-staging-at-exit\n");
     return 2;
   }
   if (cudapmr::device::count() == 0) {

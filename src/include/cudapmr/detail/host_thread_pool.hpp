@@ -108,7 +108,8 @@ class host_thread_pool final {
 };
 
 /// The library's pool for host copies: created at first use with
-/// `host_copy_threads(std::thread::hardware_concurrency())` threads, joined at exit.
+/// `host_copy_threads(std::thread::hardware_concurrency())` threads, never
+/// destroyed (usable during exit); its idle workers end with the process.
 host_thread_pool& host_copy_pool();
 
 /// `std::memcpy` of `bytes`, split into `host_copy_parts` pieces over `pool`.

@@ -22,6 +22,62 @@
 namespace cudapmr {
 namespace {
 
+// ---- UTF-8 ------------------------------------------------------------------
+
+/// The UTF-8 replacement character, U+FFFD.
+constexpr std::string_view replacement_character = "\xef\xbf\xbd";
+
+/// The bytes at the start of a text that one step of decoding takes: a
+/// well-formed sequence, or an ill-formed one that one U+FFFD replaces.
+struct utf8_sequence {
+  std::size_t length;
+  bool valid;
+};
+
+/// The sequence at the start of `text` (not empty), by the table of
+/// well-formed byte sequences of the Unicode standard (section 3.9): no
+/// overlong form, no surrogate, nothing past U+10FFFF. An ill-formed one is
+/// its longest prefix of a well-formed sequence, else one byte, as Python's
+/// "replace" decoding takes it.
+utf8_sequence next_utf8_sequence(std::string_view text) noexcept {
+  const auto lead = static_cast<unsigned char>(text[0]);
+  if (lead < 0x80) return {1, true};
+  std::size_t length = 0;
+  unsigned char low = 0x80;  // the second byte's range, narrowed for some leads
+  unsigned char high = 0xbf;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // below: overlong
+    if (lead == 0xed) high = 0x9f;  // above: surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;   // below: overlong
+    if (lead == 0xf4) high = 0x8f;  // above: past U+10FFFF
+  } else {
+    return {1, false};  // a continuation byte, an overlong lead (C0, C1), or F5..FF
+  }
+  for (std::size_t i = 1; i < length; ++i) {
+    if (i >= text.size()) return {i, false};  // cut off
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < low || byte > high) return {i, false};
+    low = 0x80;
+    high = 0xbf;
+  }
+  return {length, true};
+}
+
+/// Takes the next sequence off `text` (not empty): the sequence where it is
+/// well-formed, else U+FFFD. JSON and pickle's unicode strings must be valid
+/// UTF-8, and names (of resources, annotations, symbols) may be any bytes.
+std::string_view take_utf8_sequence(std::string_view& text) noexcept {
+  const utf8_sequence sequence = next_utf8_sequence(text);
+  const std::string_view taken = sequence.valid ? text.substr(0, sequence.length) : replacement_character;
+  text.remove_prefix(sequence.length);
+  return taken;
+}
+
 // ---- JSON -------------------------------------------------------------------
 
 /// A streaming JSON writer: values in order, commas where they belong.
@@ -97,7 +153,13 @@ class json_writer {
   }
   void string_literal(std::string_view text) {
     text_ += '"';
-    for (const char c : text) {
+    while (!text.empty()) {
+      const std::string_view sequence = take_utf8_sequence(text);
+      if (sequence.size() != 1) {  // past ASCII: nothing to escape
+        text_ += sequence;
+        continue;
+      }
+      const char c = sequence.front();
       switch (c) {
         case '"': text_ += "\\\""; break;
         case '\\': text_ += "\\\\"; break;
@@ -227,9 +289,11 @@ class pickle_writer {
     bytes_ += '\x86';  // TUPLE2
   }
   void value(std::string_view text) {
+    std::string valid;  // Python decodes the bytes as UTF-8
+    while (!text.empty()) valid += take_utf8_sequence(text);
     bytes_ += 'X';  // BINUNICODE
-    little_endian(static_cast<std::uint32_t>(text.size()), 4);
-    bytes_ += text;
+    little_endian(static_cast<std::uint32_t>(valid.size()), 4);
+    bytes_ += valid;
   }
   void value(const char* text) { value(std::string_view(text)); }
   void value(std::int64_t number) {

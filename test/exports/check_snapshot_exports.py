@@ -13,6 +13,10 @@ from pathlib import Path
 
 from pytorch_snapshot import trace_peak
 
+# snapshot_sample's second phase is named with bytes that are not UTF-8; every
+# export must carry the name as Python's "replace" decoding reads it.
+DRAIN = b"drain \xc0\xaf\xed\xa0\x80\xe2\x82".decode("utf-8", "replace")
+
 
 def fail(message):
     print(f"FAIL {message}")
@@ -24,8 +28,16 @@ def check(condition, message):
         fail(message)
 
 
+def read_utf8(path):
+    """The file's text; strict, as json.load of a file opened in UTF-8 reads it."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        fail(f"{path.name} is not valid UTF-8: {error}")
+
+
 def check_json(path, statistics_peak):
-    document = json.loads(path.read_text())
+    document = json.loads(read_utf8(path))
     check(document["format"] == "cudapmr-memory-snapshot" and document["version"] == 1, "JSON format and version")
     stack = document["stacks"][0]
     names = [resource["name"] for resource in stack["resources"]]
@@ -38,12 +50,15 @@ def check_json(path, statistics_peak):
     actions = {event["action"] for event in stack["events"]}
     check(actions == {"allocate", "free", "free_completed", "out_of_memory"}, f"JSON event actions {actions}")
     marks = [(mark["name"], mark["stage"]) for mark in stack["annotations"]]
-    check(marks == [("fill", "begin"), ("fill", "end"), ("drain", "begin"), ("drain", "end")], f"JSON annotations {marks}")
+    check(marks == [("fill", "begin"), ("fill", "end"), (DRAIN, "begin"), (DRAIN, "end")], f"JSON annotations {marks}")
     check(stack["resources"][2]["cached_bytes"] is not None, "JSON cache's cached bytes")
 
 
 def check_pickle(path, statistics_peak):
-    data = pickle.loads(path.read_bytes())
+    try:
+        data = pickle.loads(path.read_bytes())
+    except UnicodeDecodeError as error:
+        fail(f"pickle: a string is not valid UTF-8: {error}")
     check(isinstance(data, dict) and "segments" in data and "device_traces" in data, "pickle: segments and device_traces")
     check(isinstance(data["device_traces"], list) and len(data["device_traces"]) >= 1, "pickle: one trace per device")
     # torch.cuda._memory_viz.segsum's accounting, per segment.
@@ -76,10 +91,11 @@ def check_pickle(path, statistics_peak):
           "pickle: what the trace leaves live is what the segments hold")
     annotations = data.get("external_annotations", [])
     check(len(annotations) == 4 and annotations[0]["stage"] == "START", "pickle annotations")
+    check([mark["name"] for mark in annotations] == ["fill", "fill", DRAIN, DRAIN], f"pickle annotations {annotations}")
 
 
 def check_chrome_trace(path, statistics_peak):
-    document = json.loads(path.read_text())
+    document = json.loads(read_utf8(path))
     events = document["traceEvents"]
     counters = [event for event in events if event["ph"] == "C"]
     check(counters, "Chrome trace: counter events")
@@ -90,6 +106,8 @@ def check_chrome_trace(path, statistics_peak):
     check(any(event["name"].startswith("live bytes on stream") for event in counters), "Chrome trace: per-stream tracks")
     slices = [event["ph"] for event in events if event["ph"] in ("B", "E")]
     check(slices == ["B", "E", "B", "E"], f"Chrome trace annotations {slices}")
+    names = [event["name"] for event in events if event["ph"] in ("B", "E")]
+    check(names == ["fill", "fill", DRAIN, DRAIN], f"Chrome trace annotation names {names}")
     check(any(event["ph"] == "i" and event["name"] == "out of memory" for event in events), "Chrome trace: the refusal")
 
 

@@ -2,7 +2,8 @@
 // Writes the three exports of a known host-memory run into a folder, for
 // check_snapshot_exports.py: statistics over a history (with call stacks)
 // over a cache over a 16 MiB host resource, on two streams, in two
-// annotated phases, ending in a refused 64 MiB request.
+// annotated phases (the second's name not valid UTF-8), ending in a refused
+// 64 MiB request.
 #include <cudapmr/cudapmr.hpp>
 
 #include <cstdint>
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     }
   }
   {
-    const cudapmr::scoped_annotation phase(history, "drain");
+    // An overlong '/', a surrogate and a sequence cut off: check_snapshot_exports.py knows these bytes.
+    const cudapmr::scoped_annotation phase(history, "drain \xc0\xaf\xed\xa0\x80\xe2\x82");
     for (std::size_t i = 0; i < live.size(); i += 2) counted.deallocate_async(live[i].first, live[i].second, fake_stream(1));
   }
   int refused = 0;

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Builds cudapmr's host code with the compiler's sanitizers:
 #   cmake -S . -B build-asan -DCUDAPMR_SANITIZE=address,undefined   (or: cmake --preset asan)
+#   cmake -S . -B build-tsan -DCUDAPMR_SANITIZE=thread              (or: cmake --preset tsan)
 # Every C++ file of this project is instrumented, and the host side of the
 # .cu files too (through -Xcompiler; device code is never instrumented: use
 # compute-sanitizer for it, test/run_sanitizers.sh). UBSan's findings are

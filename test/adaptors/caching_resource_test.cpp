@@ -787,6 +787,7 @@ void expect_ninety_percent_after_a_freed_burst(stream_ordered_resource& top) {
 
 TEST(CachingResourceOnGpu, NinetyPercentOfTheDeviceAfterAFreedBurstOverAPool) {
   CUDAPMR_REQUIRE_GPU();
+  if (under_compute_sanitizer()) GTEST_SKIP() << "filling the device under compute-sanitizer takes too long";
   device_memory_resource device_memory(0, device_pool_options{});
   caching_resource cache(device_memory);
   expect_ninety_percent_after_a_freed_burst(cache);
@@ -794,6 +795,7 @@ TEST(CachingResourceOnGpu, NinetyPercentOfTheDeviceAfterAFreedBurstOverAPool) {
 
 TEST(CachingResourceOnGpu, NinetyPercentOfTheDeviceAfterAFreedBurstOverCudaMalloc) {
   CUDAPMR_REQUIRE_GPU();
+  if (under_compute_sanitizer()) GTEST_SKIP() << "filling the device under compute-sanitizer takes too long";
   device_malloc_resource device_memory(0);
   caching_resource cache(device_memory);
   expect_ninety_percent_after_a_freed_burst(cache);

@@ -341,11 +341,13 @@ TEST(CoalescingResource, ACallbackBelowThatFreesThroughTheResourceDoesNotDeadloc
   auto done = std::make_shared<std::promise<void*>>();
   auto result = done->get_future();
   // On a thread of its own, so that a deadlock fails the test instead of hanging it.
-  std::thread([arena, done] { done->set_value(arena->allocate_async(4 * mebibyte, fake_stream(1))); }).detach();
+  std::thread allocating([arena, done] { done->set_value(arena->allocate_async(4 * mebibyte, fake_stream(1))); });
   if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    allocating.detach();  // stuck for good: it keeps the arena, never its upstreams again
     ADD_FAILURE() << "the allocation deadlocked in the failure callback's free";
     return;
   }
+  allocating.join();
   void* p = result.get();
   EXPECT_EQ(spilled, nullptr);
   EXPECT_EQ(cap.used_bytes(), 4 * mebibyte) << "the spilled block's segment went back for the retry";

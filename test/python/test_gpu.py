@@ -34,6 +34,8 @@ def host_bytes(buffer, stream):
     (lambda: cudapmr.ManagedMemoryResource(cudapmr.ManagedMemoryResourceOptions(preferred_device=0)), "managed"),
     (lambda: cudapmr.DeviceMallocResource(0), "device"),
     (lambda: cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0)), "device"),
+    (lambda: cudapmr.VirtualMemoryResource(0), "device"),
+    (lambda: cudapmr.DeviceStack(0), "device"),
 ])
 def test_each_kind_allocates_fills_and_copies(make, kind, stream):
     resource = make()
@@ -66,6 +68,23 @@ def test_caching_resource_statistics_and_raw_path(stream):
     assert stats.hits >= 9 and stats.misses >= 1 and stats.cached_bytes >= 256
     cache.release()
     assert cache.statistics().cached_bytes == 0
+
+
+def test_device_stack_reports_each_layer_and_trims(stream):
+    stack = cudapmr.DeviceStack(0)
+    with stack.allocate(64 << 20, stream=stream):
+        names = []
+        layer = stack
+        while layer is not None:
+            names.append(layer.state()["name"])
+            layer = layer.upstream
+        assert names == ["device_stack (device 0)", "caching_resource", "coalescing_resource",
+                         "virtual_memory_resource (device 0)"]
+        assert stack.upstream.upstream.upstream.state()["reserved_bytes"] >= 64 << 20
+    stack.trim(stream)
+    leaf = stack.upstream.upstream.upstream
+    assert leaf.state()["reserved_bytes"] == 0
+    assert cudapmr.default_device_stack(0) is cudapmr.default_device_stack(0)
 
 
 def test_buffers_copy_across_kinds(stream):

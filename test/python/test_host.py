@@ -254,6 +254,25 @@ def test_statistics_adaptor_counts(host):
     assert counted.upstream is host
 
 
+def test_every_resource_reports_its_state_and_trims(host):
+    arena = cudapmr.CoalescingResource(host)
+    counted = cudapmr.StatisticsAdaptor(arena)
+    kept = counted.allocate_raw(4 << 20, 1)
+    counted.deallocate_raw(counted.allocate_raw(6 << 20, 2), 6 << 20, 2)
+    state = arena.state()
+    assert state["name"] == "coalescing_resource" and state["kind"] == "pageable"
+    assert (state["used_bytes"], state["reserved_bytes"], state["cached_bytes"]) == (4 << 20, 10 << 20, 6 << 20)
+    assert state["releasable_bytes"] == 6 << 20 and state["cached_bytes_by_stream"] == {2: 6 << 20}
+    assert counted.state()["used_bytes"] == 4 << 20 and counted.state()["cap_bytes"] is None
+    assert host.state()["used_bytes"] == 10 << 20
+    assert counted.upstream is arena and arena.upstream is host and host.upstream is None
+    counted.trim(2)
+    assert host.used_bytes == 4 << 20 and arena.state()["releasable_bytes"] == 0
+    counted.deallocate_raw(kept, 4 << 20, 1)
+    arena.release()
+    assert host.used_bytes == 0
+
+
 def test_coalescing_resource_serves_smaller_requests_from_a_freed_block(host):
     arena = cudapmr.CoalescingResource(host)
     big = arena.allocate_raw(16 << 20)

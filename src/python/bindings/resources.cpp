@@ -10,8 +10,10 @@
 #include <cudapmr/adaptors/tracking_adaptor.hpp>
 #include <cudapmr/current_resource.hpp>
 #include <cudapmr/device_malloc_resource.hpp>
+#include <cudapmr/device_stack.hpp>
 #include <cudapmr/device_memory_resource.hpp>
 #include <cudapmr/host_memory_resource.hpp>
+#include <cudapmr/virtual_memory_resource.hpp>
 #include <cudapmr/managed_memory_resource.hpp>
 #include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/pool_resource.hpp>
@@ -124,6 +126,30 @@ void bind_coalescing_statistics(nb::module_& module) {
       });
 }
 
+/// A resource's state() as a dict, None where it does not know.
+nb::dict state_dict(const stream_ordered_resource& self) {
+  const resource_state state = self.state();
+  const auto optional = [](const std::optional<std::size_t>& value) -> nb::object {
+    return value ? nb::object(nb::int_(*value)) : nb::none();
+  };
+  nb::dict by_stream;
+  for (const stream_bytes& each : state.cached_bytes_by_stream) by_stream[nb::int_(stream_int(each.stream))] = each.bytes;
+  nb::dict result;
+  result["name"] = state.name;
+  result["kind"] = std::string(to_string(state.kind));
+  result["device"] = state.device;
+  result["used_bytes"] = optional(state.used_bytes);
+  result["peak_used_bytes"] = optional(state.peak_used_bytes);
+  result["reserved_bytes"] = optional(state.reserved_bytes);
+  result["peak_reserved_bytes"] = optional(state.peak_reserved_bytes);
+  result["cached_bytes"] = optional(state.cached_bytes);
+  result["cached_bytes_by_stream"] = by_stream;
+  result["largest_free_block"] = optional(state.largest_free_block);
+  result["cap_bytes"] = optional(state.cap_bytes);
+  result["releasable_bytes"] = optional(state.releasable_bytes);
+  return result;
+}
+
 /// The base class: what every resource and adaptor offers. Every call that
 /// may block (an allocation or free can wait for the device or a file)
 /// releases the GIL, so that host callbacks and other threads that need it go on.
@@ -168,6 +194,24 @@ void bind_base(nb::module_& module) {
       .def_prop_ro("is_device_accessible", &stream_ordered_resource::is_device_accessible)
       .def_prop_ro("is_host_accessible", &stream_ordered_resource::is_host_accessible)
       .def_prop_ro("description", &stream_ordered_resource::description)
+      .def("state", &state_dict,
+           "What the resource reports of itself, a dict: name, kind, device, used_bytes, peak_used_bytes, "
+           "reserved_bytes, peak_reserved_bytes, cached_bytes, cached_bytes_by_stream ({stream: bytes}), "
+           "largest_free_block, cap_bytes, releasable_bytes; None where it does not know.")
+      .def_prop_ro(
+          "upstream", [](const stream_ordered_resource& self) { return self.upstream(); },
+          nb::rv_policy::reference_internal,
+          "The resource this one draws from (None for a leaf); it lives as long as this one.")
+      .def(
+          "trim",
+          [](stream_ordered_resource& self, nb::handle stream) {
+            const cudaStream_t on = stream_handle(stream);
+            nb::gil_scoped_release unlocked;
+            self.trim(on);
+          },
+          "stream"_a.none() = nb::none(),
+          "Gives back to the system what the stack holds and hands out to no one (caches, free segments, a pool's "
+          "reserve), after the frees queued on `stream`. May wait for the device.")
       .def("__repr__",
            [](const stream_ordered_resource& self) { return "<cudapmr " + self.description() + ">"; });
 }
@@ -261,14 +305,41 @@ void bind_kinds(nb::module_& module) {
       .def_prop_ro("allocated_bytes_high", &device_malloc_resource::allocated_bytes_high)
       .def("release", &device_malloc_resource::release, nb::call_guard<nb::gil_scoped_release>());
 
+  nb::class_<virtual_memory_resource, stream_ordered_resource>(
+      module, "VirtualMemoryResource",
+      "Device memory on the driver's virtual memory calls: one reserved address range, pages mapped per "
+      "allocation and unmapped once the work before their free is done, never with a device-wide synchronize.")
+      .def(
+          "__init__",
+          [](virtual_memory_resource* self, int device, std::size_t reserve_bytes, bool exportable) {
+            new (self) virtual_memory_resource(device, {.reserve_bytes = reserve_bytes, .exportable = exportable});
+          },
+          "device_id"_a = 0, nb::kw_only(), "reserve_bytes"_a = 0, "exportable"_a = true)
+      .def_prop_ro("mapped_bytes", &virtual_memory_resource::mapped_bytes)
+      .def_prop_ro("mapped_bytes_high", &virtual_memory_resource::mapped_bytes_high)
+      .def_prop_ro("allocated_bytes", &virtual_memory_resource::allocated_bytes)
+      .def_prop_ro("pending_bytes", &virtual_memory_resource::pending_bytes)
+      .def_prop_ro("granularity", &virtual_memory_resource::granularity)
+      .def("release_completed", &virtual_memory_resource::release_completed, nb::call_guard<nb::gil_scoped_release>())
+      .def("release", &virtual_memory_resource::release, nb::call_guard<nb::gil_scoped_release>());
+
+  nb::class_<device_stack, stream_ordered_resource>(
+      module, "DeviceStack",
+      "The default stack for device memory: a per-stream cache of blocks up to 4 MiB over a best-fit "
+      "coalescing engine over the virtual-memory leaf; state() and snapshots show each layer.")
+      .def(nb::init<int>(), "device_id"_a = 0)
+      .def("release", &device_stack::release, nb::call_guard<nb::gil_scoped_release>(),
+           "Hands everything back; frees the memory of graphs captured over it (synchronizes the device).");
+  module.def("default_device_stack", &default_device_stack, "device_id"_a = 0, nb::rv_policy::reference,
+             "The process's DeviceStack of a device, made on first use and never destroyed.");
+
   module.def("default_device_resource", &default_device_resource, "device_id"_a = 0, nb::rv_policy::reference,
              "The per-device default resource over the device's default pool (like Device.memory_resource).");
 }
 
 void bind_adaptors(nb::module_& module) {
   nb::class_<resource_adaptor, stream_ordered_resource>(module, "ResourceAdaptor",
-                                                        "A resource over an upstream resource it keeps alive.")
-      .def_prop_ro("upstream", &resource_adaptor::upstream_resource, nb::rv_policy::reference_internal);
+                                                        "A resource over an upstream resource it keeps alive.");
 
   nb::class_<caching_resource, resource_adaptor>(
       module, "CachingResource",

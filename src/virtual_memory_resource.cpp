@@ -279,7 +279,16 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     state_->pending.push_back({address, freed.handle, freed.bytes, event});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
+    if (event == nullptr) return;
   } catch (...) {  // no memory to remember it: the range stays live, mapped, rather than unmapped under queued work
+    return;
+  }
+  // A stream with nothing left to run (the common case once a program
+  // synchronizes) has completed the event already: its pages go now, not at
+  // the next allocation, so an idle program holds nothing it freed.
+  try {
+    unmap_pending(false);
+  } catch (...) {  // a failed query leaves the ranges pending
   }
 }
 
@@ -354,11 +363,11 @@ void virtual_memory_resource::do_trim(stream_ref /*stream: each pending free has
   release_completed();
 }
 
-void virtual_memory_resource::do_report(resource_state& state) const {
-  state.used_bytes = allocated_bytes();
-  state.reserved_bytes = mapped_bytes();
-  state.peak_reserved_bytes = mapped_bytes_high();
-  state.releasable_bytes = pending_bytes();
+void virtual_memory_resource::do_report(resource_state& report) const {
+  report.used_bytes = allocated_bytes();
+  report.reserved_bytes = mapped_bytes();
+  report.peak_reserved_bytes = mapped_bytes_high();
+  report.releasable_bytes = pending_bytes();
 }
 
 void virtual_memory_resource::release() {

@@ -19,8 +19,9 @@ struct device_stack_options {
   /// The front: blocks up to `max_cached_block` are reused per stream with no
   /// lock shared between streams; larger requests go straight to the engine.
   caching_options front{.max_cached_block = std::size_t{4} << 20};
-  /// The engine: best fit in segments taken from the leaf, split and merged.
-  coalescing_options engine{};
+  /// The engine: best fit in segments taken from the leaf, split and merged;
+  /// wholly free segments past 64 MiB (or an eighth of what is in use) go back to the leaf.
+  coalescing_options engine{.max_idle_bytes = std::size_t{64} << 20};
   /// The leaf: physical memory mapped into one reserved address range.
   virtual_memory_options leaf{};
 };

@@ -44,7 +44,8 @@ struct virtual_memory_options {
 ///
 /// Frees never wait for the device: `deallocate_async` records an event on
 /// the stream and the pages stay mapped until that event has completed; they
-/// are unmapped at a later allocation, `release_completed()` or `release()`.
+/// are unmapped at that free if the stream has nothing left to run, else at a
+/// later allocation or free, `trim`, `release_completed()` or `release()`.
 /// Allocation is not stream-ordered work: the memory is usable at once by
 /// any stream. Where the device is full, pending frees are waited for (per
 /// event, on the host) and unmapped before the request is refused.
@@ -125,7 +126,7 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
   /// Unmaps every pending free once its event has completed (`release_completed`).
   void do_trim(stream_ref stream) override;
-  void do_report(resource_state& state) const override;
+  void do_report(resource_state& report) const override;
 
   /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`.
   [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested);

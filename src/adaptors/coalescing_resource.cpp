@@ -299,7 +299,15 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
     held.last_free = ++frees_in_order_;
-    if (held.wholly_free()) held.idle_event = ordering_.record(stream);
+    if (!held.wholly_free()) return;
+    std::vector<std::unique_ptr<segment>> idle;
+    if (options_.max_idle_bytes) take_idle_excess(*held.pool, idle);
+    if (idle.empty()) {
+      held.idle_event = ordering_.record(stream);
+      return;
+    }
+    lock.unlock();
+    return_upstream(idle, stream);
     return;
   }
   // Another stream's free: the block's own stream may reuse it only once the
@@ -374,12 +382,12 @@ void coalescing_resource::collect_pending(bool all_completed) noexcept {
 }
 
 void coalescing_resource::take_free_segments(stream_pool* only, std::size_t below,
-                                             std::vector<std::unique_ptr<segment>>& out,
-                                             std::uint64_t freed_by) noexcept {
+                                             std::vector<std::unique_ptr<segment>>& out, std::uint64_t freed_by,
+                                             const segment* just) noexcept {
   for (auto each = segments_.begin(); each != segments_.end();) {
     segment& held = *each->second;
     const bool ordered = held.pool == only || (only == nullptr && held.last_free <= freed_by);
-    if (!held.wholly_free() || held.size >= below || !ordered) {
+    if (!held.wholly_free() || held.size >= below || !ordered || (just != nullptr && &held != just)) {
       ++each;
       continue;
     }
@@ -394,6 +402,25 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
     counts_.reserved_bytes -= held.size;
     ++counts_.segment_frees;
     each = segments_.erase(each);
+  }
+}
+
+void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
+  std::size_t idle = 0;
+  for (const auto& [base, held] : segments_)
+    if (held->wholly_free()) idle += held->size;
+  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
+  while (idle > allowed) {
+    segment* largest = nullptr;
+    for (const auto& [base, held] : segments_)
+      if (held->pool == &pool && held->wholly_free() && (largest == nullptr || held->size > largest->size))
+        largest = held.get();
+    if (largest == nullptr) return;
+    const std::size_t bytes = largest->size;
+    const std::size_t before = out.size();
+    take_free_segments(&pool, bytes + 1, out, 0, largest);
+    if (out.size() == before) return;  // no memory for the list: the segments stay
+    idle -= bytes;
   }
 }
 

@@ -354,6 +354,20 @@ TEST(CoalescingResource, ACallbackBelowThatFreesThroughTheResourceDoesNotDeadloc
   arena->deallocate_async(p, 4 * mebibyte, fake_stream(1));
 }
 
+TEST(CoalescingResource, WithMaxIdleBytesWhatItHoldsFollowsWhatIsLive) {
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = 4 * mebibyte});
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(arena.allocate_async(4 * mebibyte, fake_stream(1)));
+  EXPECT_EQ(upstream.used_bytes(), 12 * mebibyte);
+  for (void* p : blocks) arena.deallocate_async(p, 4 * mebibyte, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 4 * mebibyte) << "one idle segment kept, the others given back at their frees";
+  EXPECT_EQ(arena.statistics().segment_frees, 2u);
+  void* again = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segment_allocations, 3u) << "the kept segment serves the next request";
+  arena.deallocate_async(again, 4 * mebibyte, fake_stream(1));
+}
+
 TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOtherStreams) {
   host_memory_resource upstream;
   fake_ordering ordering;

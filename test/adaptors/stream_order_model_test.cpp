@@ -83,10 +83,10 @@ std::vector<named_stack> stacks() {
          made.release = [&arena] { arena.release(); };
          return made;
        }},
-      {"caching_resource over coalescing_resource",
+      {"caching_resource over coalescing_resource (idle segments go back)",
        [=](model_leaf& leaf, stream_order_model& model) {
          stack made;
-         auto& arena = push<coalescing_resource>(made, leaf, coalescing_options{}, model);
+         auto& arena = push<coalescing_resource>(made, leaf, coalescing_options{.max_idle_bytes = 2 * mebibyte}, model);
          auto& cache = push<caching_resource>(made, arena, small_cache, model);
          made.release = [&cache, &arena] {
            cache.release();

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,12 @@ struct coalescing_options {
   /// captured into a graph (see coalescing_resource). Turn it off only where
   /// no stream the resource sees is ever captured.
   bool check_capture = true;
+  /// The most bytes of wholly free segments kept beside what is in use (at
+  /// least an eighth of what is in use): past it, a free on a segment's own
+  /// stream that leaves the segment wholly free returns that stream's wholly
+  /// free segments upstream, in its order, so what the resource holds follows
+  /// what is live. Unset: they stay until reused, `release()`, `trim()` or exhaustion.
+  std::optional<std::size_t> max_idle_bytes;
 };
 
 /// What a coalescing_resource holds and has done.
@@ -227,10 +234,15 @@ class coalescing_resource final : public resource_adaptor {
   /// Events of one stream complete in order: past the first that has not, none of that stream's is asked about.
   void collect_pending(bool all_completed) noexcept;
   /// Moves into `out` the wholly free segments smaller than `below` of `only`,
-  /// or, if null, of every stream whose own frees came before `freed_by`.
+  /// or, if null, of every stream whose own frees came before `freed_by`;
+  /// only `just` where it is not null.
   /// Called with the lock held; the segments are then the caller's to return.
   void take_free_segments(stream_pool* only, std::size_t below, std::vector<std::unique_ptr<segment>>& out,
-                          std::uint64_t freed_by = 0) noexcept;
+                          std::uint64_t freed_by = 0, const segment* just = nullptr) noexcept;
+  /// After a free left one of `pool`'s segments wholly free: moves into `out`
+  /// its wholly free segments, largest first, while the idle bytes pass
+  /// `max_idle_bytes`. Called with the lock held.
+  void take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept;
   /// Frees `taken` upstream on `stream` and empties it. Called without the lock.
   void return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept;
   /// Gives back upstream, on `stream`, every wholly free segment: `own`'s at

@@ -40,6 +40,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace bench {
@@ -222,6 +223,23 @@ void stream_per_request(workload_context& context) {
   }
 }
 
+/// A burst to 60 % of what the device has free, in 16 MiB blocks, all freed,
+/// then a second of idling: what the allocator still holds is what another
+/// library in the process cannot have (its time includes the second).
+void freed_burst(workload_context& context) {
+  const cudaStream_t stream = new_stream();
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  constexpr std::size_t block = 16 * mebibyte;
+  std::vector<void*> held;
+  for (std::size_t sum = 0; sum < free_bytes / 10 * 6; sum += block) held.push_back(context.allocate(block, stream));
+  for (void* p : held) context.deallocate(p, block, stream);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+}
+
 /// The same 4 GiB held first as 4 MiB blocks, then as 2 GiB blocks, then as
 /// 256 KiB blocks: what one size leaves behind must serve the next.
 void size_phases(workload_context& context) {
@@ -349,6 +367,7 @@ std::vector<named_workload> workloads(const std::vector<replay::event>& trace) {
       {"growing 1 MiB..1 GiB", growing},
       {"new stream per request", stream_per_request},
       {"phases 4 MiB / 2 GiB / 256 KiB", size_phases},
+      {"burst to 60 %, freed, 1 s idle", freed_burst},
       {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
       {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
       {"trace replay, 16 threads", [&trace](workload_context& c) { replay_trace(c, trace); }},

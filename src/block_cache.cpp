@@ -638,30 +638,32 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   std::vector<taken_from> taken;
   bool others_hold_blocks = false;
   const stream_key draining = key_of(stream, ordering_);
-  for (entry_shard& shard : entries_) {
-    const std::lock_guard lock(shard.mutex);
-    for (const auto& entry : shard.entries) {
-      const std::lock_guard entry_lock(entry->mutex);
-      if (entry->unsealed.blocks() == 0) continue;
-      taken.push_back({entry.get(), {}});
-      const std::size_t bytes = entry->unsealed.bytes();
-      entry->unsealed.drain_into(taken.back().blocks);
-      account(entry->unflushed, -static_cast<std::int64_t>(bytes));
-      others_hold_blocks = others_hold_blocks || entry->key != draining;
+  // Not known to be idle (a failed wait, no memory for the list): the blocks go back to their streams.
+  const auto give_all_back = [&]() noexcept {
+    for (const taken_from& each : taken) {
+      const std::lock_guard lock(each.entry->mutex);
+      account(each.entry->unflushed, put_back(*each.entry, each.blocks));
     }
-  }
-  // Blocks freed on other streams, which may be gone: wait for everything, once.
-  if (others_hold_blocks) {
-    try {
-      ordering_.synchronize_all_devices();
-    } catch (...) {
-      // Not known to be idle: the blocks go back to their streams.
-      for (const taken_from& each : taken) {
-        const std::lock_guard lock(each.entry->mutex);
-        account(each.entry->unflushed, put_back(*each.entry, each.blocks));
+  };
+  try {
+    for (entry_shard& shard : entries_) {
+      const std::lock_guard lock(shard.mutex);
+      for (const auto& entry : shard.entries) {
+        const std::lock_guard entry_lock(entry->mutex);
+        if (entry->unsealed.blocks() == 0) continue;
+        taken.push_back({entry.get(), {}});
+        taken.back().blocks.reserve(entry->unsealed.blocks());  // so that drain_into cannot throw halfway
+        const std::size_t bytes = entry->unsealed.bytes();
+        entry->unsealed.drain_into(taken.back().blocks);
+        account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+        others_hold_blocks = others_hold_blocks || entry->key != draining;
       }
-      throw;
     }
+    // Blocks freed on other streams, which may be gone: wait for everything, once.
+    if (others_hold_blocks) ordering_.synchronize_all_devices();
+  } catch (...) {
+    give_all_back();
+    throw;
   }
   const std::size_t first = out.size();
   for (const taken_from& each : taken)

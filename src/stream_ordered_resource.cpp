@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/stream_ordered_resource.hpp"
 
+#include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
@@ -41,6 +42,14 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
 void stream_ordered_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (bytes == 0) return;  // the pointer of a zero-byte pmr allocate owns nothing
   deallocate_async(p, bytes, alignment, own_bound_stream());
+}
+
+void stream_ordered_resource::trim(stream_ref stream) {
+  if (detail::stream_ordering_for(kind()).is_capturing(stream))
+    throw std::invalid_argument(fmt::format("trim on stream {} of {}: the stream is being captured into a graph, where "
+                                            "the frees would become graph nodes; trim on another stream",
+                                            fmt::ptr(stream.get()), description()));
+  do_trim(stream);
 }
 
 resource_state stream_ordered_resource::state() const {

@@ -4,6 +4,7 @@
 #include "cudapmr/detail/address_ranges.hpp"
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/stream_ordering.hpp"
+#include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/detail/virtual_memory_driver.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
@@ -68,6 +69,7 @@ struct virtual_memory_resource::state {
     CUmemGenericAllocationHandle handle = 0;  // the creation reference, released at unmap
     std::size_t bytes = 0;
     bool exportable = false;
+    bool of_graph = false;  // allocated during a capture: the graph may use it at every launch
   };
 
   state(std::uintptr_t base, std::size_t bytes, std::string owner) : ranges(base, bytes, std::move(owner)) {}
@@ -152,7 +154,7 @@ std::string virtual_memory_resource::description() const {
   return fmt::format("virtual_memory_resource (device {})", device_id());
 }
 
-void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
+void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (bytes == 0) return nullptr;  // whatever the alignment: zero bytes are never backed
   const std::size_t rounded = detail::round_up_to(bytes, granularity_);
   if (rounded == 0)
@@ -163,10 +165,10 @@ void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t 
                         fmt::format("{} bytes (rounded to the granularity) exceed the reserved address range of {} bytes",
                                     rounded, reserved_bytes_));
   unmap_pending(false);
-  return map_new(rounded, std::max(alignment, granularity_), bytes);
+  return map_new(rounded, std::max(alignment, granularity_), bytes, detail::cuda_stream_ordering().is_capturing(stream));
 }
 
-void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested) {
+void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph) {
   const detail::scoped_device on_device(device_id());
   const auto& calls = driver();
   const auto refused = [&](CUresult status, const char* call) {
@@ -238,7 +240,7 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   try {
     if (granted == CUDA_SUCCESS) {
       const std::lock_guard lock(mutex_);
-      state_->live.emplace(address, state::mapping{handle, bytes, exportable});
+      state_->live.emplace(address, state::mapping{handle, bytes, exportable, of_graph});
     }
   } catch (...) {
     granted = CUDA_ERROR_OUT_OF_MEMORY;  // no memory to remember the mapping: undo it
@@ -275,7 +277,10 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // Captured (or unknown): no event can order the unmap after a replay, so
     // the range waits for release(). Otherwise an event recorded now completes
     // once the work queued before the free is done.
-    const detail::ordering_event event = ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
+    // Allocated during a capture: a graph launched later writes there again,
+    // wherever it is freed, so the range waits for release() too.
+    const detail::ordering_event event =
+        freed.of_graph || ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
     state_->pending.push_back({address, freed.handle, freed.bytes, event});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
@@ -377,15 +382,12 @@ void virtual_memory_resource::release() {
     freed.swap(state_->pending);
   }
   if (freed.empty()) return;
-  const detail::scoped_device on_device(device_id());
-  if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) {
-    {
-      const std::lock_guard lock(mutex_);
-      state_->pending.insert(state_->pending.begin(), freed.begin(), freed.end());
-    }
-    detail::check_cuda(status, [&] {
-      return fmt::format("cudaDeviceSynchronize before {} unmaps {} freed ranges", description(), freed.size());
-    });
+  try {
+    detail::synchronize_devices(kind(), device_id());  // in relaxed capture mode: another thread's capture stays valid
+  } catch (...) {
+    const std::lock_guard lock(mutex_);
+    state_->pending.insert(state_->pending.begin(), freed.begin(), freed.end());
+    throw;
   }
   unmap(freed);
 }

@@ -86,8 +86,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   /// reserve. Frees the caller queued on `stream` are waited for. It may wait
   /// for the device, so it is for the last resort before out-of-memory (every
   /// cache calls it before it gives up) and for programs that go idle.
-  /// \throws cuda_error if a wait fails.
-  void trim(stream_ref stream) { do_trim(stream); }
+  /// \throws std::invalid_argument if `stream` is being captured (its frees
+  ///   would become graph nodes); cuda_error if a wait fails.
+  void trim(stream_ref stream);
 
   /// The kind of memory this resource hands out.
   [[nodiscard]] memory_kind kind() const noexcept { return kind_; }

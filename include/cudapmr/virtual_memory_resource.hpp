@@ -53,8 +53,9 @@ struct virtual_memory_options {
 /// Stream capture: the driver's virtual memory calls neither fail nor
 /// invalidate a capture, on this thread or another, so allocating while a
 /// stream is captured is allowed; the graph keeps the address, which stays
-/// mapped until its free. A free on a captured stream cannot be ordered by an
-/// event: the range stays mapped until `release()` or destruction.
+/// mapped until `release()` or destruction, wherever it is freed: a graph
+/// launched again writes there again. A free on a captured stream cannot be
+/// ordered by an event either: that range too waits for `release()`.
 ///
 /// Thread-safe. Equal only to itself.
 class virtual_memory_resource final : public stream_ordered_resource {
@@ -128,8 +129,9 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void do_trim(stream_ref stream) override;
   void do_report(resource_state& report) const override;
 
-  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`.
-  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested);
+  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`;
+  /// `of_graph` where it was asked for during a capture.
+  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph);
   /// Unmaps the pending frees whose events have completed; where `wait`,
   /// waits for the others' events first. \throws cuda_error where a wait fails.
   void unmap_pending(bool wait);

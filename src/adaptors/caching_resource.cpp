@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <stdexcept>
 
@@ -25,6 +26,16 @@ std::size_t default_budget(const stream_ordered_resource& upstream) noexcept {
     return std::max(device(upstream.device_id()).total_memory() / 8, fallback);
   } catch (...) {
     return fallback;
+  }
+}
+
+/// The memory of the upstream's device; no bound for memory of no one device, or where CUDA cannot say.
+std::size_t device_memory_of(const stream_ordered_resource& upstream) noexcept {
+  if (upstream.device_id() < 0 || upstream.kind() != memory_kind::device) return std::numeric_limits<std::size_t>::max();
+  try {
+    return device(upstream.device_id()).total_memory();
+  } catch (...) {
+    return std::numeric_limits<std::size_t>::max();
   }
 }
 
@@ -77,7 +88,8 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
     : resource_adaptor(upstream),
       options_(validated(options, upstream)),
       ordering_(ordering),
-      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval) {}
+      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval),
+      device_memory_bytes_(device_memory_of(upstream)) {}
 
 caching_resource::~caching_resource() {
   try {
@@ -120,6 +132,8 @@ void* caching_resource::allocate_upstream(std::size_t bytes, std::size_t alignme
   try {
     return upstream_resource().allocate_async(bytes, alignment, stream);
   } catch (const out_of_memory&) {
+    // More than the device has: no trim could make room, and none is worth a wait for every device.
+    if (bytes > device_memory_bytes_) throw;
   }
   // What the cache holds may be what the upstream lacks: first all that can go
   // in stream order, then, after every device is idle, everything, and what
@@ -197,7 +211,8 @@ void caching_resource::trim_to_live(stream_ref stream) noexcept {
 
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   detail::validate_alignment(alignment, bytes);
-  if (!is_cacheable(bytes, alignment)) return upstream_resource().allocate(bytes, alignment);
+  // Too large to cache: in order on the bound stream as any pmr allocation, so that exhaustion trims the cache first.
+  if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_allocate(bytes, alignment);
   if (void* p = cache_.take_ready(detail::size_class_of(bytes))) return p;
   // In stream order on the bound stream, then synchronized: blocks freed there are fine.
   return stream_ordered_resource::do_allocate(bytes, alignment);
@@ -205,7 +220,7 @@ void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
-  if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate(p, bytes, alignment);
+  if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_deallocate(p, bytes, alignment);
   const std::size_t requested_class = detail::size_class_of(bytes);
   const std::size_t size_class = cache_.class_when_freed(p, requested_class);
   if (size_class == detail::block_cache::graph_block)

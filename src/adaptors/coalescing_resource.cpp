@@ -216,7 +216,7 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
                           fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
     }
   }
-  const std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   try {
     segments_.reserve(segments_.size() + 1);  // so that the emplace below cannot rehash and throw
     auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
@@ -232,7 +232,8 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
       throw;
     }
   } catch (...) {
-    upstream_resource().deallocate_async(base, bytes, block_alignment, stream);  // a free takes no lock here
+    lock.unlock();
+    upstream_resource().deallocate_async(base, bytes, block_alignment, stream);
     throw;
   }
   counts_.reserved_bytes += bytes;
@@ -302,10 +303,9 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     if (!held.wholly_free()) return;
     std::vector<std::unique_ptr<segment>> idle;
     if (options_.max_idle_bytes) take_idle_excess(*held.pool, idle);
-    if (idle.empty()) {
-      held.idle_event = ordering_.record(stream);
-      return;
-    }
+    const bool kept = std::none_of(idle.begin(), idle.end(), [&](const auto& each) { return each.get() == &held; });
+    if (kept) held.idle_event = ordering_.record(stream);
+    if (idle.empty()) return;
     lock.unlock();
     return_upstream(idle, stream);
     return;
@@ -406,9 +406,10 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
 }
 
 void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
+  // Only the stream's own idle segments can go back in its order: they are what counts.
   std::size_t idle = 0;
   for (const auto& [base, held] : segments_)
-    if (held->wholly_free()) idle += held->size;
+    if (held->pool == &pool && held->wholly_free()) idle += held->size;
   const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
   while (idle > allowed) {
     segment* largest = nullptr;

@@ -175,6 +175,7 @@ class caching_resource final : public resource_adaptor {
   caching_options options_;
   detail::stream_ordering& ordering_;
   detail::block_cache cache_;
+  std::size_t device_memory_bytes_;  // past it, out-of-memory needs no trim
 };
 
 /// The process's pinned resource for std::pmr containers and other host-side

@@ -38,11 +38,11 @@ struct coalescing_options {
   /// captured into a graph (see coalescing_resource). Turn it off only where
   /// no stream the resource sees is ever captured.
   bool check_capture = true;
-  /// The most bytes of wholly free segments kept beside what is in use (at
-  /// least an eighth of what is in use): past it, a free on a segment's own
-  /// stream that leaves the segment wholly free returns that stream's wholly
-  /// free segments upstream, in its order, so what the resource holds follows
-  /// what is live. Unset: they stay until reused, `release()`, `trim()` or exhaustion.
+  /// The most bytes of a stream's wholly free segments kept (at least an
+  /// eighth of what is in use): past it, a free on a segment's own stream that
+  /// leaves the segment wholly free returns that stream's wholly free segments
+  /// upstream, largest first, in its order, so what the resource holds
+  /// follows what is live. Unset: they stay until reused, `release()`, `trim()` or exhaustion.
   std::optional<std::size_t> max_idle_bytes;
 };
 
@@ -87,7 +87,9 @@ struct coalescing_statistics {
 ///   the event) before it asks the upstream for a new one: a stream per
 ///   request that frees on its own stream reuses the last one's memory. A
 ///   segment left wholly free by frees on other streams stays with its stream
-///   until that stream reuses it, `release()`, or the upstream refuses.
+///   until that stream reuses it, `release()`, `trim()`, or the upstream
+///   refuses; one left wholly free by its own stream goes back at once where
+///   that stream's idle segments pass `max_idle_bytes`.
 ///   A new segment that would take the resource past the most it has held
 ///   first returns the stream's wholly free segments upstream (none of them
 ///   fits): a growing working set leaves no trail.

@@ -593,6 +593,7 @@ TEST(CachingResource, ExhaustionReleasesTheCacheAndRetries) {
 class reserving_resource final : public resource_adaptor {
  public:
   explicit reserving_resource(host_memory_resource& host) : resource_adaptor(host) {}
+  ~reserving_resource() override { trim(stream_ref(cudaStream_t{})); }
   [[nodiscard]] std::string description() const override { return describe_as("reserving_resource"); }
   [[nodiscard]] std::size_t trims() const noexcept { return trims_; }
 

@@ -34,8 +34,10 @@ void synchronize_devices(memory_kind kind, int device_id) {
   const int last = device_id < 0 ? device::count() - 1 : device_id;
   int current = 0;
   CUDAPMR_CHECK(cudaGetDevice(&current));
-  // In another thread's global-mode capture a device synchronize would be
-  // refused and would invalidate that capture; it has nothing to do with it.
+  // This thread's own capture mode is not what stops the wait. Where a stream
+  // of the device is being captured, CUDA refuses it all the same
+  // (cudaErrorStreamCaptureUnsupported, the capture invalidated): the caller
+  // then keeps what it would have handed back.
   const relaxed_capture_scope relaxed;
   for (int ordinal = first; ordinal <= last; ++ordinal) {
     // The current device always: its context may be one made through the driver, not the primary one.

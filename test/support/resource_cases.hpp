@@ -164,8 +164,8 @@ struct adaptor_case {
 /// The resource at the bottom of a stack of adaptors: the one whose refusal
 /// adaptors pass on, and whose description ends each adaptor's description.
 inline const stream_ordered_resource& innermost_resource(const stream_ordered_resource& resource) {
-  const auto* adaptor = dynamic_cast<const resource_adaptor*>(&resource);
-  return adaptor != nullptr ? innermost_resource(adaptor->upstream_resource()) : resource;
+  const stream_ordered_resource* below = resource.upstream();
+  return below != nullptr ? innermost_resource(*below) : resource;
 }
 
 template <class Upstream>

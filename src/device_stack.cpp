@@ -2,13 +2,10 @@
 #include "cudapmr/device_stack.hpp"
 
 #include "cudapmr/detail/cuda_check.hpp"
-#include "cudapmr/device.hpp"
+#include "cudapmr/detail/per_device.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
-
-#include <map>
-#include <mutex>
 
 namespace cudapmr {
 
@@ -28,15 +25,7 @@ std::string device_stack::description() const { return fmt::format("device_stack
 
 device_stack& default_device_stack(int device) {
   if (device < 0) CUDAPMR_CHECK(cudaGetDevice(&device));
-  detail::validate_device_ordinal(device);
-  // Never destroyed, as default_device_resource's pools: a free during exit
-  // still finds it; the driver takes back what is mapped at the end.
-  static std::mutex mutex;
-  static auto* stacks = new std::map<int, device_stack*>();
-  const std::lock_guard lock(mutex);
-  auto& stack = (*stacks)[device];
-  if (stack == nullptr) stack = new device_stack(device);
-  return *stack;
+  return detail::per_device_instance<device_stack>(device);
 }
 
 }  // namespace cudapmr

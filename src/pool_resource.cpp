@@ -3,6 +3,7 @@
 #include "cudapmr/device_memory_resource.hpp"
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/over_aligned_map.hpp"
+#include "cudapmr/detail/per_device.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
@@ -261,15 +262,7 @@ device_memory_resource::device_memory_resource(int device, const device_pool_opt
 }
 
 device_memory_resource& default_device_resource(int device) {
-  detail::validate_device_ordinal(device);
-  // Created on first use and never destroyed, so that memory still pooled at
-  // exit is released by the driver, not by a destructor racing its teardown.
-  static std::mutex mutex;
-  static auto* resources = new std::map<int, device_memory_resource*>();
-  const std::lock_guard lock(mutex);
-  auto& resource = (*resources)[device];
-  if (resource == nullptr) resource = new device_memory_resource(device);
-  return *resource;
+  return detail::per_device_instance<device_memory_resource>(device);
 }
 
 pinned_memory_resource::pinned_memory_resource()

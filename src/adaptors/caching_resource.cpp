@@ -11,32 +11,36 @@
 #include <algorithm>
 #include <limits>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 namespace cudapmr {
 namespace {
 
+/// The memory of the device the upstream's memory lives on (device or
+/// managed memory of one device); none for memory of no one device, or where CUDA cannot say.
+std::optional<std::size_t> device_memory_of(const stream_ordered_resource& upstream) noexcept {
+  if (upstream.device_id() < 0 || upstream.kind() == memory_kind::pinned || upstream.kind() == memory_kind::pageable)
+    return std::nullopt;
+  try {
+    return device(upstream.device_id()).total_memory();
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 /// The default budget: an eighth of the upstream device's memory, at least
 /// 1 GiB; 1 GiB for memory of no one device, or where CUDA cannot say.
 std::size_t default_budget(const stream_ordered_resource& upstream) noexcept {
   constexpr std::size_t fallback = std::size_t{1} << 30;
-  if (upstream.device_id() < 0 || upstream.kind() == memory_kind::pinned || upstream.kind() == memory_kind::pageable)
-    return fallback;
-  try {
-    return std::max(device(upstream.device_id()).total_memory() / 8, fallback);
-  } catch (...) {
-    return fallback;
-  }
+  const std::optional<std::size_t> memory = device_memory_of(upstream);
+  return memory ? std::max(*memory / 8, fallback) : fallback;
 }
 
-/// The memory of the upstream's device; no bound for memory of no one device, or where CUDA cannot say.
-std::size_t device_memory_of(const stream_ordered_resource& upstream) noexcept {
-  if (upstream.device_id() < 0 || upstream.kind() != memory_kind::device) return std::numeric_limits<std::size_t>::max();
-  try {
-    return device(upstream.device_id()).total_memory();
-  } catch (...) {
-    return std::numeric_limits<std::size_t>::max();
-  }
+/// Past this, no trim can make room for a request: the device's memory (managed memory may oversubscribe it).
+std::size_t trim_bound(const stream_ordered_resource& upstream) noexcept {
+  if (upstream.kind() != memory_kind::device) return std::numeric_limits<std::size_t>::max();
+  return device_memory_of(upstream).value_or(std::numeric_limits<std::size_t>::max());
 }
 
 caching_options validated(caching_options options, const stream_ordered_resource& upstream) {
@@ -89,7 +93,7 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
       options_(validated(options, upstream)),
       ordering_(ordering),
       cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval),
-      device_memory_bytes_(device_memory_of(upstream)) {}
+      device_memory_bytes_(trim_bound(upstream)) {}
 
 caching_resource::~caching_resource() {
   try {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -381,47 +383,51 @@ void coalescing_resource::collect_pending(bool all_completed) noexcept {
   pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(kept), pending_.end());
 }
 
+bool coalescing_resource::take_out(segment_map::iterator each, std::vector<std::unique_ptr<segment>>& out) noexcept {
+  segment& held = *each->second;
+  try {
+    out.push_back(std::move(each->second));
+  } catch (...) {  // no memory for the list: the segment stays
+    return false;
+  }
+  free_set(*held.pool, held.small).erase(held.first);
+  forget_idle_event(held);
+  counts_.reserved_bytes -= held.size;
+  ++counts_.segment_frees;
+  segments_.erase(each);
+  return true;
+}
+
 void coalescing_resource::take_free_segments(stream_pool* only, std::size_t below,
-                                             std::vector<std::unique_ptr<segment>>& out, std::uint64_t freed_by,
-                                             const segment* just) noexcept {
+                                             std::vector<std::unique_ptr<segment>>& out,
+                                             std::uint64_t freed_by) noexcept {
   for (auto each = segments_.begin(); each != segments_.end();) {
-    segment& held = *each->second;
+    const segment& held = *each->second;
     const bool ordered = held.pool == only || (only == nullptr && held.last_free <= freed_by);
-    if (!held.wholly_free() || held.size >= below || !ordered || (just != nullptr && &held != just)) {
-      ++each;
-      continue;
-    }
-    try {
-      out.push_back(std::move(each->second));
-    } catch (...) {  // no memory for the list: the segment stays
-      ++each;
-      continue;
-    }
-    free_set(*held.pool, held.small).erase(held.first);
-    forget_idle_event(held);
-    counts_.reserved_bytes -= held.size;
-    ++counts_.segment_frees;
-    each = segments_.erase(each);
+    const auto next = std::next(each);
+    if (held.wholly_free() && held.size < below && ordered) take_out(each, out);
+    each = next;
   }
 }
 
 void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
   // Only the stream's own idle segments can go back in its order: they are what counts.
-  std::size_t idle = 0;
-  for (const auto& [base, held] : segments_)
-    if (held->pool == &pool && held->wholly_free()) idle += held->size;
-  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
-  while (idle > allowed) {
-    segment* largest = nullptr;
+  std::vector<std::pair<std::size_t, const std::byte*>> idle;  // (size, base), largest first below
+  std::size_t idle_bytes = 0;
+  try {
     for (const auto& [base, held] : segments_)
-      if (held->pool == &pool && held->wholly_free() && (largest == nullptr || held->size > largest->size))
-        largest = held.get();
-    if (largest == nullptr) return;
-    const std::size_t bytes = largest->size;
-    const std::size_t before = out.size();
-    take_free_segments(&pool, bytes + 1, out, 0, largest);
-    if (out.size() == before) return;  // no memory for the list: the segments stay
-    idle -= bytes;
+      if (held->pool == &pool && held->wholly_free()) {
+        idle.emplace_back(held->size, base);
+        idle_bytes += held->size;
+      }
+  } catch (...) {  // no memory for the list: nothing goes back this time
+    return;
+  }
+  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
+  std::sort(idle.begin(), idle.end(), std::greater<>{});
+  for (const auto& [bytes, base] : idle) {
+    if (idle_bytes <= allowed || !take_out(segments_.find(base), out)) return;
+    idle_bytes -= bytes;
   }
 }
 

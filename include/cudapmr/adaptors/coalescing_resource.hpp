@@ -235,12 +235,15 @@ class coalescing_resource final : public resource_adaptor {
   /// Frees the blocks whose events have completed (all of them after a synchronize).
   /// Events of one stream complete in order: past the first that has not, none of that stream's is asked about.
   void collect_pending(bool all_completed) noexcept;
+  using segment_map = std::unordered_map<const std::byte*, std::unique_ptr<segment>>;
+  /// Moves the wholly free segment at `each` out of the resource into `out`;
+  /// false (the segment stays) when there is no memory for the list. Called with the lock held.
+  bool take_out(segment_map::iterator each, std::vector<std::unique_ptr<segment>>& out) noexcept;
   /// Moves into `out` the wholly free segments smaller than `below` of `only`,
-  /// or, if null, of every stream whose own frees came before `freed_by`;
-  /// only `just` where it is not null.
+  /// or, if null, of every stream whose own frees came before `freed_by`.
   /// Called with the lock held; the segments are then the caller's to return.
   void take_free_segments(stream_pool* only, std::size_t below, std::vector<std::unique_ptr<segment>>& out,
-                          std::uint64_t freed_by = 0, const segment* just = nullptr) noexcept;
+                          std::uint64_t freed_by = 0) noexcept;
   /// After a free left one of `pool`'s segments wholly free: moves into `out`
   /// its wholly free segments, largest first, while the idle bytes pass
   /// `max_idle_bytes`. Called with the lock held.
@@ -261,7 +264,7 @@ class coalescing_resource final : public resource_adaptor {
   detail::stream_ordering& ordering_;
   mutable std::mutex mutex_;
   std::map<stream_key, std::unique_ptr<stream_pool>> pools_;
-  std::unordered_map<const std::byte*, std::unique_ptr<segment>> segments_;  // by base
+  segment_map segments_;  // by base
   std::unordered_map<const std::byte*, block*> out_;  // blocks handed out, by pointer
   std::unordered_set<const void*> graph_blocks_;  // allocated upstream during a capture
   std::vector<pending_free> pending_;  // in the order of the frees

@@ -107,7 +107,7 @@ coalescing_resource::block* coalescing_resource::take_best_fit(stream_pool& pool
   const auto found = free_blocks.lower_bound(&probe);
   if (found == free_blocks.end()) return nullptr;
   block* taken = *found;
-  forget_idle_event(*taken->owner);
+  const bool was_idle = taken->owner->wholly_free();
   const std::size_t rest = taken->size - size;
   // A large block keeps a remainder only past the small requests' bound, as
   // PyTorch's does: slivers of large segments would serve nothing.
@@ -126,6 +126,8 @@ coalescing_resource::block* coalescing_resource::take_best_fit(stream_pool& pool
   } else {
     free_blocks.erase(found);
   }
+  forget_idle_event(*taken->owner);
+  if (was_idle) pool.idle_bytes -= taken->owner->size;
   taken->free = false;
   return taken;
 }
@@ -141,6 +143,7 @@ coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_poo
   // At most twice the request (past a small request's bound): a stream that
   // takes over a huge segment for a small tensor would leave its owner short.
   const std::size_t largest = std::max(2 * bytes, bytes + options_.small_request);
+  if (pools_.size() < 2) return nullptr;  // no other stream: no segment to walk for
   segment* best = nullptr;
   for (const auto& [base, held] : segments_) {
     if (held->pool == &pool || held->small != small || held->idle_event == nullptr || held->size < bytes ||
@@ -154,7 +157,9 @@ coalescing_resource::segment* coalescing_resource::adopt_idle_segment(stream_poo
   forget_idle_event(*best);
   auto& from = free_set(*best->pool, small);
   auto node = from.extract(best->first);
+  best->pool->idle_bytes -= best->size;
   best->pool = &pool;
+  pool.idle_bytes += best->size;
   free_set(pool, small).insert(std::move(node));  // the node moves: no allocation
   ++counts_.segments_adopted;
   return best;
@@ -238,6 +243,7 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
     upstream_resource().deallocate_async(base, bytes, block_alignment, stream);
     throw;
   }
+  pool.idle_bytes += bytes;  // wholly free until the block below is taken from it
   counts_.reserved_bytes += bytes;
   counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
   ++counts_.segment_allocations;
@@ -358,7 +364,9 @@ void coalescing_resource::make_free(block* freed) noexcept {
   } catch (...) {  // no memory for the set: the block stays out of use
     freed->free = false;
     retire(freed);
+    return;
   }
+  if (freed->owner->wholly_free()) freed->owner->pool->idle_bytes += freed->owner->size;
 }
 
 void coalescing_resource::collect_pending(bool all_completed) noexcept {
@@ -391,6 +399,7 @@ bool coalescing_resource::take_out(segment_map::iterator each, std::vector<std::
     return false;
   }
   free_set(*held.pool, held.small).erase(held.first);
+  held.pool->idle_bytes -= held.size;
   forget_idle_event(held);
   counts_.reserved_bytes -= held.size;
   ++counts_.segment_frees;
@@ -412,23 +421,18 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
 
 void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
   // Only the stream's own idle segments can go back in its order: they are what counts.
+  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
+  if (pool.idle_bytes <= allowed) return;  // the common case: no walk over the segments
   std::vector<std::pair<std::size_t, const std::byte*>> idle;  // (size, base), largest first below
-  std::size_t idle_bytes = 0;
   try {
     for (const auto& [base, held] : segments_)
-      if (held->pool == &pool && held->wholly_free()) {
-        idle.emplace_back(held->size, base);
-        idle_bytes += held->size;
-      }
+      if (held->pool == &pool && held->wholly_free()) idle.emplace_back(held->size, base);
   } catch (...) {  // no memory for the list: nothing goes back this time
     return;
   }
-  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
   std::sort(idle.begin(), idle.end(), std::greater<>{});
-  for (const auto& [bytes, base] : idle) {
-    if (idle_bytes <= allowed || !take_out(segments_.find(base), out)) return;
-    idle_bytes -= bytes;
-  }
+  for (const auto& each : idle)
+    if (pool.idle_bytes <= allowed || !take_out(segments_.find(each.second), out)) return;
 }
 
 void coalescing_resource::return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept {

@@ -163,6 +163,9 @@ class coalescing_resource final : public resource_adaptor {
     const stream_key key;
     std::set<block*, by_size> small_free;
     std::set<block*, by_size> large_free;
+    /// Bytes of this stream's wholly free segments, kept as segments empty and
+    /// fill, so that a free finds at once whether they pass `max_idle_bytes`.
+    std::size_t idle_bytes = 0;
   };
   /// Owns its blocks, linked from `first`.
   struct segment {

@@ -2,7 +2,7 @@
 #pragma once
 // A stand-in for CUDA's part in the caches' stream ordering, for host tests:
 // events the test completes by hand, recorded waits, captured streams, a
-// synchronize that fails.
+// synchronize that fails, and a count of every wait of the host it sees.
 
 #include <cudapmr/detail/stream_ordering.hpp>
 #include <cudapmr/error.hpp>
@@ -38,6 +38,7 @@ class fake_ordering final : public detail::stream_ordering {
     return static_cast<event*>(e)->completed;
   }
   bool wait(detail::ordering_event e) noexcept override {
+    ++event_synchronizations;
     static_cast<event*>(e)->completed = true;
     return true;
   }
@@ -65,6 +66,9 @@ class fake_ordering final : public detail::stream_ordering {
   std::size_t queries = 0;  // of has_completed
   int device = 0;
   int device_synchronizations = 0;
+  int event_synchronizations = 0;  // calls of wait: the host blocked on one event
+  /// Every wait of the host seen: for every device, or for one event.
+  [[nodiscard]] int synchronizations() const noexcept { return device_synchronizations + event_synchronizations; }
   bool synchronize_fails = false;  // as after a kernel's fault
   /// Run once inside the next synchronize: what another thread does while one waits.
   std::function<void()> during_synchronize;

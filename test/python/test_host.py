@@ -15,6 +15,15 @@ def host():
     return cudapmr.HostMemoryResource()
 
 
+def test_the_package_exports_every_public_name_of_the_extension():
+    # A class bound in C++ but not re-exported is out of users' reach (as
+    # VirtualMemoryResource, DeviceStack and default_device_stack once were).
+    from cudapmr import _cudapmr
+
+    public = {name for name in dir(_cudapmr) if not name.startswith("_")}
+    assert sorted(public - set(dir(cudapmr))) == []
+
+
 def test_host_resource_describes_itself(host):
     assert host.kind == "pageable"
     assert host.device_id == -1

@@ -116,11 +116,12 @@ thread_local entry_memo last_entry;
 }  // namespace
 
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
-                         std::chrono::nanoseconds shrink_interval)
+                         std::chrono::nanoseconds shrink_interval, std::optional<double> per_live)
     : ordering_(ordering),
       // The counts are signed: a budget past 2^63 (SIZE_MAX for "unbounded") is 2^63 - 1.
       max_bytes_(std::min<std::size_t>(max_cached_bytes, std::numeric_limits<std::int64_t>::max())),
       shrink_interval_(shrink_interval.count()),
+      per_live_(per_live),
       stream_share_(max_cached_bytes / 8),
       floor_bytes_(static_cast<std::int64_t>(std::min(max_cached_bytes / 64, std::size_t{16} << 20))),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
@@ -545,6 +546,10 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
 
 
 std::int64_t block_cache::allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept {
+  // Over an upstream that merges what it gets back, a block handed back is
+  // not lost to other sizes: what is live now is the measure, not the peak.
+  if (per_live_)
+    return std::min(std::max(static_cast<std::int64_t>(static_cast<double>(live) * *per_live_), floor_bytes_), budget);
   // An eighth over the peak: a random mix's classes drift, and a cache held
   // to the peak trims blocks that the next rise misses (a 100,000-step mix of
   // 256 B..4 MiB missed 58 times at the peak, 23 times an eighth over it).

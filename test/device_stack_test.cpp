@@ -10,9 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cudapmr::test {
@@ -93,6 +96,32 @@ TEST(DeviceStack, AGraphThatAllocatesAndFreesTemporariesReplaysWithFlatMemory) {
   stack.deallocate_async(result, mebibyte, stream);
   stack.release();
   EXPECT_EQ(stack.leaf().mapped_bytes(), 0u);
+}
+
+TEST(DeviceStack, ANegativeIdleReleaseIsRefusedByNameBeforeAnyCudaCall) {
+  // No GPU needed: the options are checked first.
+  try {
+    device_stack stack(0, {.idle_release = std::chrono::milliseconds(-1)});
+    FAIL() << "a negative idle_release was accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("idle_release of -1 ms"), std::string::npos) << error.what();
+  }
+}
+
+TEST(DeviceStack, AfterABurstIsFreedAndTheProgramIdlesTheLeafUnmapsItWithoutBeingCalled) {
+  CUDAPMR_REQUIRE_GPU();
+  device_stack stack(0, {.idle_release = std::chrono::milliseconds(50)});
+  const cudapmr::stream stream(0);
+  std::vector<void*> burst;
+  for (int i = 0; i < 64; ++i) burst.push_back(stack.allocate_async(16 * mebibyte, stream));
+  for (void* p : burst) stack.deallocate_async(p, 16 * mebibyte, stream);
+  stream.synchronize();
+  EXPECT_GT(stack.leaf().mapped_bytes(), 256 * mebibyte) << "half the 1 GiB peak stays mapped at the frees";
+  // No call into the stack from here: its idle thread gives the memory back.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stack.leaf().mapped_bytes() > 64 * mebibyte && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_LE(stack.leaf().mapped_bytes(), 64 * mebibyte) << "the engine keeps at most max_idle_bytes once idle";
 }
 
 TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {

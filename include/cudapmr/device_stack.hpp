@@ -9,8 +9,13 @@
 #include "cudapmr/stream_ordered_resource.hpp"
 #include "cudapmr/virtual_memory_resource.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
+#include <mutex>
+#include <stop_token>
 #include <string>
+#include <thread>
 
 namespace cudapmr {
 
@@ -18,12 +23,19 @@ namespace cudapmr {
 struct device_stack_options {
   /// The front: blocks up to `max_cached_block` are reused per stream with no
   /// lock shared between streams; larger requests go straight to the engine.
-  caching_options front{.max_cached_block = std::size_t{4} << 20};
+  /// It keeps at most twice what is live: what it hands back, the engine merges.
+  caching_options front{.max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 2.0};
   /// The engine: best fit in segments taken from the leaf, split and merged;
-  /// wholly free segments past 64 MiB (or an eighth of what is in use) go back to the leaf.
+  /// wholly free segments past 64 MiB, or past half the most lately in use,
+  /// go back to the leaf at the free that empties them.
   coalescing_options engine{.max_idle_bytes = std::size_t{64} << 20};
   /// The leaf: physical memory mapped into one reserved address range.
   virtual_memory_options leaf{};
+  /// Once the engine has served no allocation or free for this long, a thread
+  /// of the stack hands its idle segments past `engine.max_idle_bytes` back to
+  /// the leaf, which unmaps them once the work before their frees is done: a
+  /// program that pauses leaves the device to others. Zero: no such thread.
+  std::chrono::milliseconds idle_release{250};
 };
 
 /// Device memory of one GPU through three layers that each do one thing:
@@ -37,16 +49,25 @@ struct device_stack_options {
 /// Allocations during stream capture go to the engine's and the leaf's
 /// capture paths (the leaf maps memory that the graph keeps).
 ///
+/// What the device holds follows what is live three ways: the front keeps at
+/// most twice what is live, the engine gives wholly free segments back past
+/// half its recent peak, and after `idle_release` without work in the engine
+/// a thread of the stack gives back the rest (all but 64 MiB), with events
+/// and never a device-wide synchronize.
+///
 /// `state()` and `snapshot()` show each layer (`upstream()` walks them);
 /// `trim(stream)` empties the front and the engine and unmaps what the leaf
 /// holds freed. Thread-safe. Equal only to itself.
 class device_stack final : public stream_ordered_resource {
  public:
-  /// \throws std::invalid_argument for a bad ordinal or option; cuda_error
+  /// \throws std::invalid_argument for a bad ordinal or option (a negative
+  ///   `idle_release` before any CUDA call); cuda_error
   ///   where no device exists or it lacks virtual memory management.
   explicit device_stack(int device, device_stack_options options = {});
-  /// Hands everything back, front first. Never throws.
-  ~device_stack() override = default;
+  /// Stops the idle thread, then hands everything back, front first. Never throws.
+  ~device_stack() override;
+  device_stack(const device_stack&) = delete;
+  device_stack& operator=(const device_stack&) = delete;
 
   /// Hands back what the front and the engine hold, then frees in the leaf
   /// the memory of graphs captured over the stack and every freed range,
@@ -78,10 +99,19 @@ class device_stack final : public stream_ordered_resource {
   }
   void do_trim(stream_ref stream) override { front_.trim(stream); }
 
+  /// The idle thread's loop: every `idle_release`, if the engine saw no work
+  /// since the last look, its idle segments go back and the leaf unmaps what is done.
+  void give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval);
+  /// Stops the idle thread and waits for it; at exit too (a stack never destroyed).
+  void stop_idle_thread() noexcept;
+
   // Declared leaf first: destroyed front first.
   virtual_memory_resource leaf_;
   coalescing_resource engine_;
   caching_resource front_;
+  std::mutex idle_mutex_;
+  std::condition_variable_any idle_wake_;
+  std::jthread idle_thread_;  // last: stopped before the layers go
 };
 
 /// The process's device_stack of `device` (default: the current device), made

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <new>
 #include <optional>
@@ -47,6 +48,9 @@ caching_options validated(caching_options options, const stream_ordered_resource
   if (options.shrink_interval.count() < 0)
     throw std::invalid_argument(fmt::format("caching_options::shrink_interval of {} ms is negative",
                                             options.shrink_interval.count()));
+  if (options.max_cached_per_live && !(*options.max_cached_per_live > 0 && std::isfinite(*options.max_cached_per_live)))
+    throw std::invalid_argument(fmt::format("caching_options::max_cached_per_live of {} is not a finite positive number",
+                                            *options.max_cached_per_live));
   options.max_cached_block = std::min(options.max_cached_block, largest_cached_block);
   options.shrink_interval = std::min<std::chrono::milliseconds>(options.shrink_interval, std::chrono::hours(24 * 365));
   if (!options.max_cached_bytes) options.max_cached_bytes = default_budget(upstream);
@@ -92,7 +96,7 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
     : resource_adaptor(upstream),
       options_(validated(options, upstream)),
       ordering_(ordering),
-      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval),
+      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval, options_.max_cached_per_live),
       device_memory_bytes_(trim_bound(upstream)) {}
 
 caching_resource::~caching_resource() {

@@ -174,6 +174,8 @@ void* coalescing_resource::hand_out(block* taken) {
   }
   counts_.used_bytes += taken->size;
   counts_.used_peak = std::max(counts_.used_peak, counts_.used_bytes);
+  recent_used_peak_ = std::max(recent_used_peak_, counts_.used_bytes);
+  ++counts_.blocks_handed_out;
   return taken->pointer;
 }
 
@@ -421,7 +423,7 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
 
 void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
   // Only the stream's own idle segments can go back in its order: they are what counts.
-  const std::size_t allowed = std::max(*options_.max_idle_bytes, counts_.used_bytes / 8);
+  const std::size_t allowed = std::max(*options_.max_idle_bytes, recent_used_peak_ / 2);
   if (pool.idle_bytes <= allowed) return;  // the common case: no walk over the segments
   std::vector<std::pair<std::size_t, const std::byte*>> idle;  // (size, base), largest first below
   try {
@@ -451,6 +453,7 @@ void coalescing_resource::reclaim_all(stream_pool* own, stream_ref stream) {
     others = !pending_.empty() || std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
                return each.second->pool != own && each.second->wholly_free();
              });
+    recent_used_peak_ = counts_.used_bytes;
     // What the wait below covers, taken before it: frees made meanwhile stay.
     freed_by = frees_in_order_;
     completed.swap(pending_);
@@ -488,6 +491,40 @@ void coalescing_resource::reclaim_all(stream_pool* own, stream_ref stream) {
 void coalescing_resource::do_trim(stream_ref stream) {
   reclaim_all(existing_pool(stream), stream);
   upstream_resource().trim(stream);
+}
+
+std::size_t coalescing_resource::release_idle() noexcept {
+  std::vector<std::unique_ptr<segment>> taken;
+  {
+    const std::lock_guard lock(mutex_);
+    collect_pending(false);
+    recent_used_peak_ = counts_.used_bytes;
+    std::vector<std::pair<std::size_t, const std::byte*>> ready;  // (size, base), largest first below
+    std::size_t idle_bytes = 0;
+    try {
+      for (const auto& [base, held] : segments_) {
+        if (!held->wholly_free()) continue;
+        idle_bytes += held->size;
+        // Left wholly free by its own stream: its event covers every use. With
+        // no event, only a segment never freed on its own stream is known idle
+        // (its blocks came back through completed events).
+        if (held->idle_event != nullptr ? ordering_.has_completed(held->idle_event) : held->last_free == 0)
+          ready.emplace_back(held->size, base);
+      }
+    } catch (...) {  // no memory for the list: nothing goes back this time
+      return 0;
+    }
+    std::sort(ready.begin(), ready.end(), std::greater<>{});
+    const std::size_t keep = options_.max_idle_bytes.value_or(0);
+    for (const auto& [bytes, base] : ready) {
+      if (idle_bytes <= keep || !take_out(segments_.find(base), taken)) break;
+      idle_bytes -= bytes;
+    }
+  }
+  std::size_t returned = 0;
+  for (const auto& held : taken) returned += held->size;
+  return_upstream(taken, own_bound_stream());
+  return returned;
 }
 
 void coalescing_resource::release() { reclaim_all(existing_pool(own_bound_stream()), own_bound_stream()); }

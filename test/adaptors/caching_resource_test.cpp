@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -432,6 +433,34 @@ TEST(CachingResource, ANegativeShrinkIntervalIsRefusedByName) {
     FAIL() << "a negative interval was accepted";
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("shrink_interval of -5 ms"), std::string::npos) << error.what();
+  }
+}
+
+TEST(CachingResource, FollowingWhatIsLiveAProgramThatFreesAllLeavesTheFloor) {
+  host_memory_resource upstream;
+  constexpr std::size_t budget = 256 * mebibyte;  // floor: a 64th, 4 MiB
+  for (const std::optional<double> per_live : {std::optional<double>{}, std::optional<double>{2.0}}) {
+    caching_resource cache(upstream, {.max_cached_bytes = budget, .max_cached_per_live = per_live});
+    std::vector<void*> blocks;
+    for (int i = 0; i < 64; ++i) blocks.push_back(cache.allocate_async(mebibyte, fake_stream(1)));
+    for (void* p : blocks) cache.deallocate_async(p, mebibyte, fake_stream(1));
+    if (per_live) {
+      EXPECT_LE(cache.statistics().cached_bytes, budget / 64) << "at most the floor once nothing is live";
+    } else {
+      EXPECT_EQ(cache.statistics().cached_bytes, 64 * mebibyte) << "what was live lately stays cached";
+    }
+  }
+}
+
+TEST(CachingResource, AMaxCachedPerLiveThatIsNotAFinitePositiveNumberIsRefusedByName) {
+  host_memory_resource upstream;
+  for (const double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      caching_resource cache(upstream, {.max_cached_per_live = bad});
+      ADD_FAILURE() << "max_cached_per_live " << bad << " was accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("max_cached_per_live of"), std::string::npos) << error.what();
+    }
   }
 }
 

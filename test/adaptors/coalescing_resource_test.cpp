@@ -368,6 +368,38 @@ TEST(CoalescingResource, WithMaxIdleBytesWhatItHoldsFollowsWhatIsLive) {
   arena.deallocate_async(again, 4 * mebibyte, fake_stream(1));
 }
 
+TEST(CoalescingResource, AtFreesItKeepsIdleSegmentsUpToHalfTheRecentPeak) {
+  // A working set that dips and comes back finds its segments: half the most
+  // in use lately stays idle, the rest goes back at the frees.
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = mebibyte});
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(arena.allocate_async(4 * mebibyte, fake_stream(1)));
+  for (void* p : blocks) arena.deallocate_async(p, 4 * mebibyte, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 16 * mebibyte) << "half of the 32 MiB peak kept idle";
+  EXPECT_EQ(arena.statistics().segment_frees, 4u);
+}
+
+TEST(CoalescingResource, ReleaseIdleGivesBackOnlyWhatNoQueuedWorkTouchesAndNeverWaits) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = 8 * mebibyte}, ordering);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(arena.allocate_async(8 * mebibyte, fake_stream(1)));
+  for (void* p : blocks) arena.deallocate_async(p, 8 * mebibyte, fake_stream(1));
+  ASSERT_EQ(upstream.used_bytes(), 16 * mebibyte) << "half the 32 MiB peak kept at the frees";
+  EXPECT_EQ(arena.release_idle(), 0u) << "the frees' work is still queued";
+  EXPECT_EQ(upstream.used_bytes(), 16 * mebibyte);
+  ordering.complete_all();
+  EXPECT_EQ(arena.release_idle(), 8 * mebibyte) << "idle down to max_idle_bytes: one 8 MiB segment stays";
+  EXPECT_EQ(upstream.used_bytes(), 8 * mebibyte);
+  EXPECT_EQ(ordering.synchronizations(), 0u);
+  void* p = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  EXPECT_EQ(arena.statistics().segment_allocations, 4u) << "the kept segment served it";
+  arena.deallocate_async(p, 8 * mebibyte, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 8 * mebibyte);
+}
+
 TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOtherStreams) {
   host_memory_resource upstream;
   fake_ordering ordering;

@@ -48,6 +48,7 @@ std::uint64_t from_environment(const char* name, std::uint64_t fallback) {
 struct stack {
   std::vector<std::unique_ptr<stream_ordered_resource>> layers;  // bottom first; the leaf is separate
   std::function<void()> release;
+  std::function<void()> give_back_idle;  // what an idle thread does, where the stack has one
   [[nodiscard]] stream_ordered_resource& top() const { return *layers.back(); }
 };
 
@@ -83,15 +84,18 @@ std::vector<named_stack> stacks() {
          made.release = [&arena] { arena.release(); };
          return made;
        }},
-      {"caching_resource over coalescing_resource (idle segments go back)",
+      {"device_stack's shape: caching (following what is live) over coalescing (idle segments go back)",
        [=](model_leaf& leaf, stream_order_model& model) {
          stack made;
          auto& arena = push<coalescing_resource>(made, leaf, coalescing_options{.max_idle_bytes = 2 * mebibyte}, model);
-         auto& cache = push<caching_resource>(made, arena, small_cache, model);
+         caching_options front = small_cache;
+         front.max_cached_per_live = 2.0;
+         auto& cache = push<caching_resource>(made, arena, front, model);
          made.release = [&cache, &arena] {
            cache.release();
            arena.release();
          };
+         made.give_back_idle = [&arena] { static_cast<void>(arena.release_idle()); };
          return made;
        }},
       {"statistics over caching over limiting",
@@ -205,6 +209,8 @@ std::vector<std::string> run_model(const named_stack& under_test, std::uint64_t 
             model.progress(bound);
           } else if (choice == 98) {
             made.release();
+          } else if (made.give_back_idle && pick(2) == 0) {
+            made.give_back_idle();
           } else {
             top.trim(own[pick(2)]);
           }

@@ -41,6 +41,13 @@ struct caching_options {
   /// cache may keep falls by an eighth per interval (by half in some five). Longer keeps memory for a
   /// working set that comes back (up to a year); zero shrinks at every 32nd such free.
   std::chrono::milliseconds shrink_interval{200};
+  /// Unset: the cache keeps what was live lately, as above. Set to x: at most
+  /// x times what is live now (the floor at least), with no memory of the
+  /// peak, so that a program that frees what it holds leaves the cache at its
+  /// floor. For an upstream that merges the blocks it gets back, such as
+  /// `coalescing_resource`, where a block handed back serves any size again.
+  /// Must be finite and positive; `device_stack`'s front uses 2.
+  std::optional<double> max_cached_per_live;
 };
 
 /// What a caching_resource has done and holds.
@@ -119,7 +126,7 @@ struct cache_statistics {
 class caching_resource final : public resource_adaptor {
  public:
   /// A `max_cached_block` past `largest_cached_block` counts as that.
-  /// \throws std::invalid_argument for a negative `shrink_interval`.
+  /// \throws std::invalid_argument for a negative `shrink_interval` or a `max_cached_per_live` that is not finite and positive.
   explicit caching_resource(stream_ordered_resource& upstream, caching_options options = {});
   /// As above, ordering streams through `ordering` (tests play CUDA with it).
   caching_resource(stream_ordered_resource& upstream, caching_options options, detail::stream_ordering& ordering);

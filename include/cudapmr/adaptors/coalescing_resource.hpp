@@ -38,11 +38,14 @@ struct coalescing_options {
   /// captured into a graph (see coalescing_resource). Turn it off only where
   /// no stream the resource sees is ever captured.
   bool check_capture = true;
-  /// The most bytes of a stream's wholly free segments kept (at least an
-  /// eighth of what is in use): past it, a free on a segment's own stream that
-  /// leaves the segment wholly free returns that stream's wholly free segments
-  /// upstream, largest first, in its order, so what the resource holds
-  /// follows what is live. Unset: they stay until reused, `release()`, `trim()` or exhaustion.
+  /// The most bytes of a stream's wholly free segments kept (at least half
+  /// the most that was in use since `release_idle()`, `release()` or `trim()`
+  /// last ran, so that a working set that dips and comes back finds its
+  /// segments): past it, a free on a segment's own stream that leaves the
+  /// segment wholly free returns that stream's wholly free segments upstream,
+  /// largest first, in its order, so what the resource holds follows what is
+  /// live; `release_idle()` returns all but this. Unset: they stay until
+  /// reused, `release()`, `trim()` or exhaustion.
   std::optional<std::size_t> max_idle_bytes;
 };
 
@@ -66,6 +69,8 @@ struct coalescing_statistics {
   std::uint64_t segments_adopted = 0;
   /// Streams with a pool of segments: one per stream handle seen.
   std::size_t streams = 0;
+  /// Blocks handed out from segments, ever.
+  std::uint64_t blocks_handed_out = 0;
 };
 
 /// Serves requests from segments it takes from the upstream, as a framework's
@@ -132,6 +137,13 @@ class coalescing_resource final : public resource_adaptor {
   /// streams are held. \throws cuda_error if a synchronize fails, having
   /// handed back the bound stream's own wholly free segments.
   void release();
+  /// Hands back upstream, on the bound stream and largest first, the wholly
+  /// free segments that no queued work can touch any more (their last free's
+  /// event has completed), until what stays is at most `max_idle_bytes` (none
+  /// where unset); the bound of what is kept at frees starts again from what is
+  /// in use. Never waits and never synchronizes: for a thread that gives back
+  /// what an idle program holds. Returns the bytes handed back.
+  std::size_t release_idle() noexcept;
   [[nodiscard]] coalescing_statistics statistics() const;
   [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string description() const override { return describe_as("coalescing_resource"); }
@@ -274,6 +286,7 @@ class coalescing_resource final : public resource_adaptor {
   std::vector<block*> retired_;  // out of use until destruction
   std::uint64_t segments_made_ = 0;
   std::uint64_t frees_in_order_ = 0;  // frees on a block's own stream so far
+  std::size_t recent_used_peak_ = 0;  // the most in use since idle segments were last given back
   coalescing_statistics counts_;
 };
 

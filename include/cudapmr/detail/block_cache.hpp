@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -87,8 +88,11 @@ class block_cache {
   /// refuses every block (see caching_disabled()).
   /// \param shrink_interval how fast what the cache may keep follows what is
   /// live down (see note_live()).
+  /// \param per_live where set, the cache keeps at most this many times what
+  /// is live now (the floor at least) instead of what was lately.
   block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
-              std::chrono::nanoseconds shrink_interval = std::chrono::milliseconds(200));
+              std::chrono::nanoseconds shrink_interval = std::chrono::milliseconds(200),
+              std::optional<double> per_live = std::nullopt);
   ~block_cache();
   block_cache(const block_cache&) = delete;
   block_cache& operator=(const block_cache&) = delete;
@@ -271,6 +275,7 @@ class block_cache {
   stream_ordering& ordering_;
   const std::size_t max_bytes_;
   const std::int64_t shrink_interval_;  // nanoseconds
+  const std::optional<double> per_live_;  // see the constructor
   const std::size_t stream_share_;  // unsealed bytes a stream keeps before it seals
   const std::int64_t floor_bytes_;  // what the cache may keep however little is live: a 64th of the budget, at most 16 MiB
   const std::int64_t flush_bytes_;  // see account()

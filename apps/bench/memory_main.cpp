@@ -10,7 +10,8 @@
 // default one recorded at start from replay's 16-thread workload) with a
 // thread per logged thread and a stream per logged stream.
 //
-//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD] [--version]
+//   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD]
+//                        [--with ALLOCATOR]... [--version]
 #include "command_line.hpp"
 #include "peer_allocators.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
@@ -412,6 +413,7 @@ int main(int argc, char** argv) {
   int repetitions = 3;
   std::string timeline_path = "memory_timeline.csv";
   std::string only;
+  std::vector<std::string> with;
   std::string trace_path;
   CLI::App app(
       "Time and memory side by side: each workload over each device allocator, made fresh for every repetition; "
@@ -425,6 +427,8 @@ int main(int argc, char** argv) {
   app.add_option("--trace", trace_path, "a logging_adaptor log to replay (default: replay's 16-thread workload)")
       ->type_name("FILE");
   app.add_option("--only", only, "run only the workloads whose name contains this")->type_name("WORKLOAD");
+  app.add_option("--with", with, "run only the allocators whose name contains one of these (repeatable)")
+      ->type_name("ALLOCATOR");
   cudapmr::apps::parse_or_exit(app, argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -448,6 +452,10 @@ int main(int argc, char** argv) {
     for (const named_workload& what : work) {
       if (!only.empty() && what.name.find(only) == std::string::npos) continue;
       for (const entrant& who : all) {
+        if (!with.empty() && std::none_of(with.begin(), with.end(), [&](const std::string& part) {
+              return who.name.find(part) != std::string::npos;
+            }))
+          continue;
         std::vector<double> times;
         std::vector<double> ratios;
         for (int repetition = 0; repetition < repetitions; ++repetition) {

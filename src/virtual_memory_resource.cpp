@@ -63,7 +63,7 @@ struct virtual_memory_resource::freed_range {
   detail::ordering_event event = nullptr;  // null: freed on a captured stream, held until release()
 };
 
-struct virtual_memory_resource::state {
+struct virtual_memory_resource::book {
   /// One mapped physical allocation handed out.
   struct mapping {
     CUmemGenericAllocationHandle handle = 0;  // the creation reference, released at unmap
@@ -72,7 +72,7 @@ struct virtual_memory_resource::state {
     bool of_graph = false;  // allocated during a capture: the graph may use it at every launch
   };
 
-  state(std::uintptr_t base, std::size_t bytes, std::string owner) : ranges(base, bytes, std::move(owner)) {}
+  book(std::uintptr_t base, std::size_t bytes, std::string owner) : ranges(base, bytes, std::move(owner)) {}
 
   detail::address_ranges ranges;
   std::map<std::uintptr_t, mapping> live;
@@ -118,7 +118,7 @@ virtual_memory_resource::virtual_memory_resource(int device, virtual_memory_opti
   });
   reservation_ = static_cast<std::uintptr_t>(base);
   try {
-    state_ = std::make_unique<state>(reservation_, reserved_bytes_, description());
+    book_ = std::make_unique<book>(reservation_, reserved_bytes_, description());
   } catch (...) {
     detail::assert_driver_success(driver().address_free(base, reserved_bytes_), "cuMemAddressFree", __FILE__, __LINE__);
     throw;
@@ -134,13 +134,13 @@ virtual_memory_resource::~virtual_memory_resource() {
   try {
     const std::lock_guard lock(mutex_);
     // Live allocations too: the reservation can only be freed wholly unmapped.
-    rest.reserve(state_->live.size());
-    for (const auto& [address, held] : state_->live) {
+    rest.reserve(book_->live.size());
+    for (const auto& [address, held] : book_->live) {
       rest.push_back({address, held.handle, held.bytes, nullptr});
       allocated_.fetch_sub(held.bytes, std::memory_order_relaxed);
       pending_.fetch_add(held.bytes, std::memory_order_relaxed);
     }
-    state_->live.clear();
+    book_->live.clear();
   } catch (...) {
     return;  // no memory to list them: leave everything mapped rather than free a reservation still in use
   }
@@ -208,12 +208,12 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     std::optional<std::uintptr_t> taken;
     {
       const std::lock_guard lock(mutex_);
-      taken = state_->ranges.try_take(bytes, alignment);
+      taken = book_->ranges.try_take(bytes, alignment);
     }
     if (!taken) {  // the address range is full: pending frees hold part of it
       unmap_pending(true);
       const std::lock_guard lock(mutex_);
-      taken = state_->ranges.take(bytes, alignment);
+      taken = book_->ranges.take(bytes, alignment);
     }
     address = *taken;
   } catch (...) {
@@ -224,7 +224,7 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   const auto give_back = [&] {
     detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
     const std::lock_guard lock(mutex_);
-    state_->ranges.give_back(address, bytes);
+    book_->ranges.give_back(address, bytes);
   };
   const auto pointer = static_cast<CUdeviceptr>(address);
   if (const CUresult mapped = calls.map(pointer, bytes, 0, handle, 0); mapped != CUDA_SUCCESS) {
@@ -240,7 +240,7 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   try {
     if (granted == CUDA_SUCCESS) {
       const std::lock_guard lock(mutex_);
-      state_->live.emplace(address, state::mapping{handle, bytes, exportable, of_graph});
+      book_->live.emplace(address, book::mapping{handle, bytes, exportable, of_graph});
     }
   } catch (...) {
     granted = CUDA_ERROR_OUT_OF_MEMORY;  // no memory to remember the mapping: undo it
@@ -268,12 +268,12 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
   const auto address = reinterpret_cast<std::uintptr_t>(p);
   try {
     const std::lock_guard lock(mutex_);
-    const auto found = state_->live.find(address);
-    if (found == state_->live.end()) return;  // not ours, or freed twice: ignored
+    const auto found = book_->live.find(address);
+    if (found == book_->live.end()) return;  // not ours, or freed twice: ignored
     // Reserve first, so that the range is never out of both lists.
-    state_->pending.reserve(state_->pending.size() + 1);
-    const state::mapping freed = found->second;
-    state_->live.erase(found);
+    book_->pending.reserve(book_->pending.size() + 1);
+    const book::mapping freed = found->second;
+    book_->live.erase(found);
     // Captured (or unknown): no event can order the unmap after a replay, so
     // the range waits for release(). Otherwise an event recorded now completes
     // once the work queued before the free is done.
@@ -281,7 +281,7 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // wherever it is freed, so the range waits for release() too.
     const detail::ordering_event event =
         freed.of_graph || ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
-    state_->pending.push_back({address, freed.handle, freed.bytes, event});
+    book_->pending.push_back({address, freed.handle, freed.bytes, event});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
     if (event == nullptr) return;
@@ -303,7 +303,7 @@ void virtual_memory_resource::unmap_pending(bool wait) {
   std::vector<freed_range> waiting;
   {
     const std::lock_guard lock(mutex_);
-    auto& pending = state_->pending;
+    auto& pending = book_->pending;
     if (pending.empty()) return;
     std::vector<freed_range> kept;  // in the order of the frees
     for (const freed_range& freed : pending) {
@@ -320,7 +320,7 @@ void virtual_memory_resource::unmap_pending(bool wait) {
     const auto unfinished = static_cast<std::size_t>(waiting.end() - next);
     {
       const std::lock_guard lock(mutex_);
-      state_->pending.insert(state_->pending.end(), next, waiting.end());
+      book_->pending.insert(book_->pending.end(), next, waiting.end());
     }
     waiting.erase(next, waiting.end());
     unmap(waiting);
@@ -350,7 +350,7 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
   for (const freed_range& range : freed) {
     if (range.bytes == 0) continue;
     try {
-      state_->ranges.give_back(range.address, range.bytes);
+      book_->ranges.give_back(range.address, range.bytes);
     } catch (...) {  // no memory for one more free range: those addresses stay unused
     }
     unmapped_bytes += range.bytes;
@@ -379,14 +379,14 @@ void virtual_memory_resource::release() {
   std::vector<freed_range> freed;
   {
     const std::lock_guard lock(mutex_);
-    freed.swap(state_->pending);
+    freed.swap(book_->pending);
   }
   if (freed.empty()) return;
   try {
     detail::synchronize_devices(kind(), device_id());  // in relaxed capture mode: another thread's capture stays valid
   } catch (...) {
     const std::lock_guard lock(mutex_);
-    state_->pending.insert(state_->pending.begin(), freed.begin(), freed.end());
+    book_->pending.insert(book_->pending.begin(), freed.begin(), freed.end());
     throw;
   }
   unmap(freed);
@@ -394,11 +394,11 @@ void virtual_memory_resource::release() {
 
 virtual_memory_resource::exported_handle virtual_memory_resource::export_handle(const void* p) const {
   const auto address = reinterpret_cast<std::uintptr_t>(p);
-  state::mapping exported;
+  book::mapping exported;
   {
     const std::lock_guard lock(mutex_);
-    const auto found = state_->live.find(address);
-    if (found == state_->live.end())
+    const auto found = book_->live.find(address);
+    if (found == book_->live.end())
       throw std::invalid_argument(fmt::format("export_handle: {} is not the start of a live allocation of {}",
                                               fmt::ptr(p), description()));
     exported = found->second;

@@ -46,6 +46,7 @@ TEST_F(VirtualMemoryResource, RoundsEachAllocationToTheGranularityInOneReservati
       << "first fit packs the second mapping right after the first";
   EXPECT_EQ(resource.allocated_bytes(), 3 * granularity);
   EXPECT_EQ(resource.mapped_bytes(), 3 * granularity);
+  EXPECT_EQ(resource.state().reserved_bytes, resource.mapped_bytes()) << "state() is callable on the type itself";
   EXPECT_EQ(resource.mappings(), 2u);
   resource.deallocate_async(larger, granularity + 1, stream);
   resource.deallocate_async(small, 1, stream);

@@ -120,7 +120,7 @@ class virtual_memory_resource final : public stream_ordered_resource {
 
  private:
   struct freed_range;
-  struct state;
+  struct book;  // what is mapped and what is freed, under mutex_
 
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
@@ -150,7 +150,7 @@ class virtual_memory_resource final : public stream_ordered_resource {
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::size_t> mappings_{0};
   mutable std::mutex mutex_;  // guards state_; never held across a call that can wait for the GPU
-  std::unique_ptr<state> state_;
+  std::unique_ptr<book> book_;
 };
 
 }  // namespace cudapmr

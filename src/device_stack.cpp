@@ -96,6 +96,20 @@ void device_stack::give_back_while_idle(std::stop_token stop, std::chrono::milli
   }
 }
 
+void device_stack::do_report(resource_state& state) const {
+  const resource_state front = front_.state();
+  const resource_state engine = engine_.state();
+  const resource_state leaf = leaf_.state();
+  const std::size_t front_cached = front.cached_bytes.value_or(0);
+  // The front's cached blocks are out of the engine: in use there, free here.
+  if (engine.used_bytes) state.used_bytes = *engine.used_bytes - std::min(front_cached, *engine.used_bytes);
+  state.reserved_bytes = leaf.reserved_bytes;
+  state.peak_reserved_bytes = leaf.peak_reserved_bytes;
+  state.cached_bytes = front_cached + engine.cached_bytes.value_or(0);
+  state.largest_free_block = engine.largest_free_block;
+  state.releasable_bytes = front_cached + engine.releasable_bytes.value_or(0) + leaf.releasable_bytes.value_or(0);
+}
+
 void device_stack::release() {
   front_.release();
   engine_.release();

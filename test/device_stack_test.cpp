@@ -42,6 +42,10 @@ TEST(DeviceStack, ASnapshotShowsEachLayer) {
   EXPECT_EQ(taken.resources[2].name, "coalescing_resource");
   EXPECT_EQ(taken.resources[3].name, "virtual_memory_resource (device 0)");
   EXPECT_GE(taken.resources[3].reserved_bytes.value_or(0), 64 * mebibyte + 4096);
+  // The stack reports itself as one resource too: what users hold, what the leaf maps.
+  const resource_state whole = stack.state();
+  EXPECT_EQ(whole.used_bytes, 64 * mebibyte + 4096);
+  EXPECT_EQ(whole.reserved_bytes, taken.resources[3].reserved_bytes);
   stack.deallocate_async(small, 4096, stream);
   stack.deallocate_async(large, 64 * mebibyte, stream);
 }

@@ -98,6 +98,9 @@ class device_stack final : public stream_ordered_resource {
     front_.deallocate(p, bytes, alignment);
   }
   void do_trim(stream_ref stream) override { front_.trim(stream); }
+  /// The stack as one resource: what users hold (in the engine's 512-byte
+  /// rounding), what the leaf has mapped, and what the layers hold free.
+  void do_report(resource_state& state) const override;
 
   /// The idle thread's loop: every `idle_release`, if the engine saw no work
   /// since the last look, its idle segments go back and the leaf unmaps what is done.

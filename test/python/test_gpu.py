@@ -222,6 +222,36 @@ def test_cuda_core_plugin_allocates_from_cudapmr():
     assert cudapmr.stream_handle(core_stream) == int(core_stream.handle)
 
 
+def test_plugins_given_no_resource_draw_from_the_default_stack():
+    cupy = needs("cupy")
+    core = needs("cuda.core")
+    import cudapmr.cupy as cupy_plugin
+    from cudapmr.cuda_core import MemoryResource
+
+    stack = cudapmr.default_device_stack(0)
+    before = stack.state()["used_bytes"]
+    resource = MemoryResource()
+    assert resource.resource is stack
+    device = core.Device(0)
+    device.set_current()
+    core_stream = device.create_stream()
+    buffer = resource.allocate(1 << 20, stream=core_stream)
+    assert stack.state()["used_bytes"] >= before + (1 << 20)
+    buffer.close(core_stream)
+    core_stream.sync()
+    allocate = cupy_plugin.allocator()
+    assert allocate.resource is stack
+    cupy.cuda.set_allocator(allocate)
+    try:
+        array = cupy.ones(1 << 20, dtype=cupy.float32)
+        assert stack.state()["used_bytes"] >= before + (4 << 20)
+        assert float(array.sum()) == float(1 << 20)
+        del array
+        gc.collect()
+    finally:
+        cupy.cuda.set_allocator(cupy.cuda.MemoryPool().malloc)
+
+
 def test_cupy_allocators_draw_from_cudapmr():
     cupy = needs("cupy")
     import cudapmr.cupy as plugin

@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover - depends on the installed cuda.core
     from cuda.core.experimental import MemoryResource as _CoreMemoryResource
     from cuda.core.experimental import Stream as _CoreStream
 
+from . import _cudapmr
 from ._cudapmr import MemoryResource as _CudapmrResource
 from ._cudapmr import stream_handle
 
@@ -29,11 +30,14 @@ def _handle_of(stream):
 
 class MemoryResource(_CoreMemoryResource):
     """A cuda.core ``MemoryResource`` whose memory comes from ``resource``
-    (any cudapmr resource). A Buffer allocated on a cuda.core ``Stream`` is
+    (any cudapmr resource; by default the process's ``default_device_stack``
+    of the current device). A Buffer allocated on a cuda.core ``Stream`` is
     freed on that stream unless ``close`` names another (cuda.core 1.2 and
     later); a deallocation with no stream frees on the legacy default stream."""
 
-    def __init__(self, resource):
+    def __init__(self, resource=None):
+        if resource is None:
+            resource = _cudapmr.default_device_stack(_cudapmr.current_device())
         if not isinstance(resource, _CudapmrResource):
             raise TypeError(f"cudapmr.cuda_core.MemoryResource needs a cudapmr resource, not {type(resource).__name__}")
         super().__init__()

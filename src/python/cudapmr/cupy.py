@@ -12,6 +12,7 @@ on that same stream when CuPy drops its last reference to the memory.
 import cupy as _cupy
 
 from ._cudapmr import MemoryResource as _CudapmrResource
+from ._cudapmr import default_device_stack as _default_device_stack
 
 __all__ = ["allocator", "pinned_allocator"]
 
@@ -40,9 +41,12 @@ def _require(resource, what):
         raise TypeError(f"cudapmr.cupy.{what} needs a cudapmr resource, not {type(resource).__name__}")
 
 
-def allocator(resource):
+def allocator(resource=None):
     """A function for ``cupy.cuda.set_allocator``: ``nbytes`` -> a
-    ``cupy.cuda.MemoryPointer`` into memory of ``resource`` (device or managed)."""
+    ``cupy.cuda.MemoryPointer`` into memory of ``resource`` (device or managed;
+    by default the process's ``default_device_stack`` of CuPy's current device)."""
+    if resource is None:
+        resource = _default_device_stack(_cupy.cuda.runtime.getDevice())
     _require(resource, "allocator")
     if not resource.is_device_accessible:
         raise ValueError(f"cudapmr.cupy.allocator needs device-accessible memory; {resource.description} is not")

@@ -46,9 +46,14 @@ def last_error():
     return _cudapmr._torch_last_error()
 
 
-def allocator(resource, device_id=None):
+def allocator(resource=None, device_id=None):
     """Registers ``resource`` for ``device_id`` (default: the resource's
-    device, else the current one) and returns a CUDAPluggableAllocator over it."""
+    device, else the current one) and returns a CUDAPluggableAllocator over it.
+    With no resource, the process's ``default_device_stack`` of that device."""
+    if resource is None:
+        if device_id is None:
+            device_id = _cudapmr.current_device()
+        resource = _cudapmr.default_device_stack(device_id)
     if not isinstance(resource, _cudapmr.MemoryResource):
         raise TypeError(f"cudapmr.torch.allocator needs a cudapmr resource, not {type(resource).__name__}")
     if not resource.is_device_accessible:

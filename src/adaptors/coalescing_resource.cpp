@@ -127,7 +127,10 @@ coalescing_resource::block* coalescing_resource::take_best_fit(stream_pool& pool
     free_blocks.erase(found);
   }
   forget_idle_event(*taken->owner);
-  if (was_idle) pool.idle_bytes -= taken->owner->size;
+  if (was_idle) {
+    pool.idle_bytes -= taken->owner->size;
+    idle_bytes_ -= taken->owner->size;
+  }
   taken->free = false;
   return taken;
 }
@@ -196,7 +199,12 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
   std::vector<std::unique_ptr<segment>> outgrown;
   {
     const std::lock_guard lock(mutex_);
-    if (counts_.reserved_bytes + bytes > counts_.reserved_peak) take_free_segments(&pool, bytes, outgrown);
+    // The same where the idle segments would pass what is kept at frees: those
+    // too small for this request serve only smaller ones, which a growing working set will not make.
+    const bool past_peak = counts_.reserved_bytes + bytes > counts_.reserved_peak;
+    const bool over_idle = options_.max_idle_bytes &&
+                           idle_bytes_ > idle_allowance(std::max(recent_used_peak_, counts_.used_bytes + size));
+    if (past_peak || over_idle) take_free_segments(&pool, bytes, outgrown);
   }
   return_upstream(outgrown, stream);
   void* base = upstream_or_null(bytes, stream);
@@ -246,6 +254,7 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
     throw;
   }
   pool.idle_bytes += bytes;  // wholly free until the block below is taken from it
+  idle_bytes_ += bytes;
   counts_.reserved_bytes += bytes;
   counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
   ++counts_.segment_allocations;
@@ -368,7 +377,10 @@ void coalescing_resource::make_free(block* freed) noexcept {
     retire(freed);
     return;
   }
-  if (freed->owner->wholly_free()) freed->owner->pool->idle_bytes += freed->owner->size;
+  if (freed->owner->wholly_free()) {
+    freed->owner->pool->idle_bytes += freed->owner->size;
+    idle_bytes_ += freed->owner->size;
+  }
 }
 
 void coalescing_resource::collect_pending(bool all_completed) noexcept {
@@ -402,6 +414,7 @@ bool coalescing_resource::take_out(segment_map::iterator each, std::vector<std::
   }
   free_set(*held.pool, held.small).erase(held.first);
   held.pool->idle_bytes -= held.size;
+  idle_bytes_ -= held.size;
   forget_idle_event(held);
   counts_.reserved_bytes -= held.size;
   ++counts_.segment_frees;
@@ -423,8 +436,8 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
 
 void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept {
   // Only the stream's own idle segments can go back in its order: they are what counts.
-  const std::size_t allowed = std::max(*options_.max_idle_bytes, recent_used_peak_ / 2);
-  if (pool.idle_bytes <= allowed) return;  // the common case: no walk over the segments
+  const std::size_t allowed = idle_allowance(recent_used_peak_);
+  if (idle_bytes_ <= allowed || pool.idle_bytes == 0) return;  // the common case: no walk over the segments
   std::vector<std::pair<std::size_t, const std::byte*>> idle;  // (size, base), largest first below
   try {
     for (const auto& [base, held] : segments_)
@@ -434,7 +447,7 @@ void coalescing_resource::take_idle_excess(stream_pool& pool, std::vector<std::u
   }
   std::sort(idle.begin(), idle.end(), std::greater<>{});
   for (const auto& each : idle)
-    if (pool.idle_bytes <= allowed || !take_out(segments_.find(each.second), out)) return;
+    if (idle_bytes_ <= allowed || !take_out(segments_.find(each.second), out)) return;
 }
 
 void coalescing_resource::return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept {
@@ -491,6 +504,10 @@ void coalescing_resource::reclaim_all(stream_pool* own, stream_ref stream) {
 void coalescing_resource::do_trim(stream_ref stream) {
   reclaim_all(existing_pool(stream), stream);
   upstream_resource().trim(stream);
+}
+
+std::size_t coalescing_resource::idle_allowance(std::size_t in_use_peak) const noexcept {
+  return std::max(*options_.max_idle_bytes, in_use_peak / 2);
 }
 
 std::size_t coalescing_resource::release_idle() noexcept {

@@ -38,14 +38,15 @@ struct coalescing_options {
   /// captured into a graph (see coalescing_resource). Turn it off only where
   /// no stream the resource sees is ever captured.
   bool check_capture = true;
-  /// The most bytes of a stream's wholly free segments kept (at least half
+  /// The most bytes of wholly free segments kept, all streams together (at least half
   /// the most that was in use since `release_idle()`, `release()` or `trim()`
   /// last ran, so that a working set that dips and comes back finds its
   /// segments): past it, a free on a segment's own stream that leaves the
   /// segment wholly free returns that stream's wholly free segments upstream,
-  /// largest first, in its order, so what the resource holds follows what is
-  /// live; `release_idle()` returns all but this. Unset: they stay until
-  /// reused, `release()`, `trim()` or exhaustion.
+  /// largest first, in its order, and a new segment first returns the
+  /// stream's wholly free segments too small for it, so what the resource
+  /// holds follows what is live; `release_idle()` returns all but this.
+  /// Unset: they stay until reused, `release()`, `trim()` or exhaustion.
   std::optional<std::size_t> max_idle_bytes;
 };
 
@@ -260,9 +261,11 @@ class coalescing_resource final : public resource_adaptor {
   void take_free_segments(stream_pool* only, std::size_t below, std::vector<std::unique_ptr<segment>>& out,
                           std::uint64_t freed_by = 0) noexcept;
   /// After a free left one of `pool`'s segments wholly free: moves into `out`
-  /// its wholly free segments, largest first, while the idle bytes pass
-  /// `max_idle_bytes`. Called with the lock held.
+  /// its wholly free segments, largest first, while the idle bytes of all
+  /// streams pass what is kept at frees. Called with the lock held.
   void take_idle_excess(stream_pool& pool, std::vector<std::unique_ptr<segment>>& out) noexcept;
+  /// The wholly free bytes kept at frees, with `max_idle_bytes` set: at least half of `in_use_peak`.
+  [[nodiscard]] std::size_t idle_allowance(std::size_t in_use_peak) const noexcept;
   /// Frees `taken` upstream on `stream` and empties it. Called without the lock.
   void return_upstream(std::vector<std::unique_ptr<segment>>& taken, stream_ref stream) noexcept;
   /// Gives back upstream, on `stream`, every wholly free segment: `own`'s at
@@ -287,6 +290,7 @@ class coalescing_resource final : public resource_adaptor {
   std::uint64_t segments_made_ = 0;
   std::uint64_t frees_in_order_ = 0;  // frees on a block's own stream so far
   std::size_t recent_used_peak_ = 0;  // the most in use since idle segments were last given back
+  std::size_t idle_bytes_ = 0;  // of every stream's wholly free segments
   coalescing_statistics counts_;
 };
 

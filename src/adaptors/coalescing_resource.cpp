@@ -315,33 +315,39 @@ void coalescing_resource::do_deallocate_async(void* p, std::size_t bytes, std::s
     return;
   }
   const stream_key freeing = key_of(stream);
+  // Blocks freed on other streams whose work has completed count as free
+  // first: a free may be the last call for a while, and what it leaves idle
+  // past the bound goes back now, not at a later allocation.
+  if (options_.max_idle_bytes) collect_pending(false);
+  std::vector<std::unique_ptr<segment>> idle;
   if (freed->owner->pool->key == freeing) {
     segment& held = *freed->owner;
     make_free(freed);  // its own stream orders every later use after this free
     held.last_free = ++frees_in_order_;
-    if (!held.wholly_free()) return;
-    std::vector<std::unique_ptr<segment>> idle;
     if (options_.max_idle_bytes) take_idle_excess(*held.pool, idle);
     const bool kept = std::none_of(idle.begin(), idle.end(), [&](const auto& each) { return each.get() == &held; });
-    if (kept) held.idle_event = ordering_.record(stream);
-    if (idle.empty()) return;
-    lock.unlock();
-    return_upstream(idle, stream);
-    return;
+    if (kept && held.wholly_free()) held.idle_event = ordering_.record(stream);
+  } else {
+    // Another stream's free: the block's own stream may reuse it only once the
+    // work queued before the free has completed.
+    const detail::ordering_event event = ordering_.record(stream);
+    if (event == nullptr) {
+      retire(freed);  // no way to order its reuse: kept out rather than risk a race
+      return;
+    }
+    try {
+      pending_.push_back({freed, event, freeing});
+    } catch (...) {
+      ordering_.recycle(event);
+      retire(freed);
+    }
+    // The freeing stream orders its own pool's idle segments: those past the bound go back on it.
+    if (options_.max_idle_bytes)
+      if (const auto own = pools_.find(freeing); own != pools_.end()) take_idle_excess(*own->second, idle);
   }
-  // Another stream's free: the block's own stream may reuse it only once the
-  // work queued before the free has completed.
-  const detail::ordering_event event = ordering_.record(stream);
-  if (event == nullptr) {
-    retire(freed);  // no way to order its reuse: kept out rather than risk a race
-    return;
-  }
-  try {
-    pending_.push_back({freed, event, freeing});
-  } catch (...) {
-    ordering_.recycle(event);
-    retire(freed);
-  }
+  if (idle.empty()) return;
+  lock.unlock();
+  return_upstream(idle, stream);
 }
 
 void coalescing_resource::retire(block* freed) noexcept {

@@ -380,6 +380,24 @@ TEST(CoalescingResource, AtFreesItKeepsIdleSegmentsUpToHalfTheRecentPeak) {
   EXPECT_EQ(arena.statistics().segment_frees, 4u);
 }
 
+TEST(CoalescingResource, AFreeCountsOtherStreamsCompletedFreesAndGivesBackWhatPassesTheBound) {
+  // The last frees of a program may all be frees on other streams: what they
+  // leave idle goes back at the next free, not at an allocation that may never come.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = 4 * mebibyte}, ordering);
+  void* small = arena.allocate_async(1024, fake_stream(1));
+  std::vector<void*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(arena.allocate_async(4 * mebibyte, fake_stream(1)));
+  for (void* p : blocks) arena.deallocate_async(p, 4 * mebibyte, fake_stream(2));
+  EXPECT_EQ(upstream.used_bytes(), 34 * mebibyte) << "freed on another stream: pending until its events complete";
+  ordering.complete_all();
+  arena.deallocate_async(small, 1024, fake_stream(1));
+  EXPECT_LE(upstream.used_bytes(), 16 * mebibyte) << "idle down to half the 32 MiB peak";
+  EXPECT_EQ(arena.statistics().pending_blocks, 0u);
+  EXPECT_EQ(ordering.synchronizations(), 0u);
+}
+
 TEST(CoalescingResource, ReleaseIdleGivesBackOnlyWhatNoQueuedWorkTouchesAndNeverWaits) {
   host_memory_resource upstream;
   fake_ordering ordering;

@@ -23,8 +23,8 @@ namespace cudapmr {
 struct device_stack_options {
   /// The front: blocks up to `max_cached_block` are reused per stream with no
   /// lock shared between streams; larger requests go straight to the engine.
-  /// It keeps at most twice what is live: what it hands back, the engine merges.
-  caching_options front{.max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 2.0};
+  /// It keeps at most four times what is live: what it hands back, the engine merges.
+  caching_options front{.max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 4.0};
   /// The engine: best fit in segments taken from the leaf, split and merged;
   /// wholly free segments past 64 MiB, or past half the most lately in use,
   /// go back to the leaf at the free that empties them.
@@ -50,7 +50,7 @@ struct device_stack_options {
 /// capture paths (the leaf maps memory that the graph keeps).
 ///
 /// What the device holds follows what is live three ways: the front keeps at
-/// most twice what is live, the engine gives wholly free segments back past
+/// most four times what is live, the engine gives wholly free segments back past
 /// half its recent peak, and after `idle_release` without work in the engine
 /// a thread of the stack gives back the rest (all but 64 MiB), with events
 /// and never a device-wide synchronize.

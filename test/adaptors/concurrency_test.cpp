@@ -189,6 +189,27 @@ TEST(Concurrency, EightThreadsOverACoalescingResource) {
   EXPECT_EQ(upstream.used_bytes(), 0u) << "every block came back to the arena, and the arena gave all back";
 }
 
+TEST(Concurrency, EightThreadsOverTheDefaultStacksShapeWhileAnIdleThreadGivesBack) {
+  // device_stack's front and engine over a host leaf, with what its idle
+  // thread does running all the while.
+  host_memory_resource upstream;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = mebibyte});
+  caching_resource cache(arena, {.max_cached_block = 4 * mebibyte, .max_cached_per_live = 4.0});
+  std::atomic<bool> done{false};
+  std::thread idle([&] {
+    while (!done.load()) {
+      static_cast<void>(arena.release_idle());
+      std::this_thread::yield();
+    }
+  });
+  hammer_counted(cache);
+  done.store(true);
+  idle.join();
+  cache.release();
+  arena.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u) << "every block came back, and every segment";
+}
+
 TEST(Concurrency, EightThreadsThroughEveryObservingAdaptor) {
   host_memory_resource upstream;
   limiting_adaptor limited(upstream, std::size_t{1} << 40);

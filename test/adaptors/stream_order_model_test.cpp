@@ -89,7 +89,7 @@ std::vector<named_stack> stacks() {
          stack made;
          auto& arena = push<coalescing_resource>(made, leaf, coalescing_options{.max_idle_bytes = 2 * mebibyte}, model);
          caching_options front = small_cache;
-         front.max_cached_per_live = 2.0;
+         front.max_cached_per_live = 4.0;
          auto& cache = push<caching_resource>(made, arena, front, model);
          made.release = [&cache, &arena] {
            cache.release();

@@ -46,7 +46,7 @@ struct caching_options {
   /// peak, so that a program that frees what it holds leaves the cache at its
   /// floor. For an upstream that merges the blocks it gets back, such as
   /// `coalescing_resource`, where a block handed back serves any size again.
-  /// Must be finite and positive; `device_stack`'s front uses 2.
+  /// Must be finite and positive; `device_stack`'s front uses 4.
   std::optional<double> max_cached_per_live;
 };
 

@@ -84,14 +84,10 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
     return fmt::format("cudaStreamIsCapturing on stream {} before {} bytes from {}", fmt::ptr(stream.get()), bytes,
                        description());
   });
-  if (capture != cudaStreamCaptureStatusNone)
-    throw cuda_error(cudaErrorStreamCaptureUnsupported,
-                     fmt::format("{} bytes from {} on stream {}: the stream is being captured into a graph, and no "
-                                 "graph node can stand for cudaMalloc (allocate before the capture, or from a pool)",
-                                 bytes, description(), fmt::ptr(stream.get())));
   const std::size_t padding = padding_for(alignment);
   if (bytes > std::numeric_limits<std::size_t>::max() - padding)
     throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
+  if (capture != cudaStreamCaptureStatusNone) return allocate_in_graph(bytes, alignment, padding, stream);
   const detail::scoped_device on_device(device_id());
   const detail::relaxed_capture_scope relaxed;
   void* base = nullptr;
@@ -112,10 +108,45 @@ void* device_malloc_resource::do_allocate_async(std::size_t bytes, std::size_t a
   return aligned;
 }
 
+void* device_malloc_resource::allocate_in_graph(std::size_t bytes, std::size_t alignment, std::size_t padding,
+                                                stream_ref stream) {
+  // No graph node stands for cudaMalloc; an allocation node does, from the driver's graph memory.
+  void* base = nullptr;
+  detail::check_cuda_allocation(
+      cudaMallocAsync(&base, bytes + padding, stream.get()), bytes, alignment, [&] { return description(); }, [&] {
+        return fmt::format("cudaMallocAsync of {} bytes on captured stream {} for {}", bytes + padding,
+                           fmt::ptr(stream.get()), description());
+      });
+  void* aligned = padding != 0 ? detail::align_up(base, alignment) : base;
+  try {
+    const std::lock_guard lock(mutex_);
+    graph_blocks_.insert(base);
+    if (padding != 0) over_aligned_->insert(aligned, base);
+  } catch (...) {
+    {
+      const std::lock_guard lock(mutex_);
+      graph_blocks_.erase(base);
+    }
+    CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFreeAsync(base, stream.get()));
+    throw;
+  }
+  return aligned;
+}
+
 void device_malloc_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                                  stream_ref stream) noexcept {
   const std::size_t padding = padding_for(alignment);
   void* base = padding != 0 ? over_aligned_->take(p) : p;
+  bool of_graph = false;
+  {
+    const std::lock_guard lock(mutex_);
+    of_graph = graph_blocks_.erase(base) != 0;
+  }
+  if (of_graph) {
+    // A free node where the stream is captured; else freed in the stream's order.
+    CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFreeAsync(base, stream.get()));
+    return;
+  }
   allocated_.fetch_sub(bytes + padding, std::memory_order_relaxed);
   // Captured, or unknown (a legacy stream while another is captured): a replay
   // of the graph may still use the block, so it waits for release().

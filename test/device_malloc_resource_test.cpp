@@ -96,19 +96,19 @@ TEST_F(DeviceMallocResource, AllocatesAndFreesWhileAnotherThreadCapturesInGlobal
   ASSERT_NO_FATAL_FAILURE(end_capture(captured));
 }
 
-TEST_F(DeviceMallocResource, RefusesToAllocateOnACapturedStreamNamingTheCapture) {
+TEST_F(DeviceMallocResource, OnACapturedStreamAnAllocationBecomesAGraphAllocationNode) {
   device_malloc_resource resource(0);
   const cudapmr::stream stream(0);
-  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
-  try {
-    static_cast<void>(resource.allocate_async(mebibyte, stream));
-    ADD_FAILURE() << "an allocation on a captured stream was accepted";
-  } catch (const cuda_error& error) {
-    EXPECT_EQ(error.error(), cudaErrorStreamCaptureUnsupported);
-    EXPECT_NE(std::string(error.what()).find("captured"), std::string::npos) << error.what();
-    EXPECT_NE(std::string(error.what()).find("1048576 bytes"), std::string::npos) << error.what();
-  }
-  ASSERT_NO_FATAL_FAILURE(end_capture(stream));
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  void* p = resource.allocate_async(mebibyte, stream);  // cudaMalloc would be refused, and break the capture
+  resource.deallocate_async(p, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the capture was broken";
+  const graph_memory_nodes nodes = count_memory_nodes(graph);
+  EXPECT_EQ(nodes.allocations, 1);
+  EXPECT_EQ(nodes.frees, 1);
+  EXPECT_EQ(resource.allocated_bytes(), 0u) << "the graph's memory is the driver's, not this resource's";
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }
 
 TEST_F(DeviceMallocResource, AFreeOnACapturedStreamWaitsForRelease) {
@@ -124,14 +124,18 @@ TEST_F(DeviceMallocResource, AFreeOnACapturedStreamWaitsForRelease) {
   EXPECT_FALSE(is_allocated(p));
 }
 
-TEST_F(DeviceMallocResource, UnderACacheACapturedAllocationIsRefusedNotServedFromTheCache) {
+TEST_F(DeviceMallocResource, UnderACacheACapturedAllocationIsAGraphNodeNotACachedBlock) {
   device_malloc_resource leaf(0);
   caching_resource cache(leaf);
   const cudapmr::stream stream(0);
   cache.deallocate_async(cache.allocate_async(mebibyte, stream), mebibyte, stream);  // one block cached
   ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeRelaxed), cudaSuccess);
-  EXPECT_THROW(static_cast<void>(cache.allocate_async(mebibyte, stream)), cuda_error);
-  ASSERT_NO_FATAL_FAILURE(end_capture(stream));
+  void* p = cache.allocate_async(mebibyte, stream);
+  cache.deallocate_async(p, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "the capture was broken";
+  EXPECT_EQ(count_memory_nodes(graph).allocations, 1);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   EXPECT_EQ(cache.statistics().hits, 0u);
   EXPECT_EQ(cache.statistics().upstream_reserved, mebibyte) << "the leaf's allocated bytes, as the cache sees them";
 }

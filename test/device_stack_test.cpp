@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // device_stack: the shared contract, its layers in a snapshot, memory that
-// follows what is live, and a captured graph that allocates, uses and frees
-// temporaries and replays with flat memory.
+// follows what is live (its capture: capture_test.cpp).
 #include "support/resource_contract.hpp"
 
 #include <cudapmr/device.hpp>
@@ -64,42 +63,6 @@ TEST(DeviceStack, WhatTheDeviceHoldsFollowsWhatIsLive) {
   stack.trim(stream);
   EXPECT_EQ(stack.leaf().mapped_bytes(), 0u);
   EXPECT_EQ(stack.engine().statistics().reserved_bytes, 0u);
-}
-
-TEST(DeviceStack, AGraphThatAllocatesAndFreesTemporariesReplaysWithFlatMemory) {
-  CUDAPMR_REQUIRE_GPU();
-  device_stack stack(0);
-  const cudapmr::stream stream(0);
-  load_test_kernels();
-  constexpr std::size_t count = mebibyte / 4;
-  auto* result = static_cast<std::uint32_t*>(stack.allocate_async(mebibyte, stream));
-  stream.synchronize();
-  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
-  auto* temporary = static_cast<std::uint32_t*>(stack.allocate_async(mebibyte, stream));
-  write_sequence(temporary, count, 5, stream);
-  add_to_each(temporary, count, 1, stream);
-  ASSERT_EQ(cudaMemcpyAsync(result, temporary, mebibyte, cudaMemcpyDeviceToDevice, stream.get()), cudaSuccess);
-  stack.deallocate_async(temporary, mebibyte, stream);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  // What the stack maps, not the device's free memory, which other processes move.
-  std::size_t mapped_after_first = 0;
-  for (int replay = 0; replay < 200; ++replay) {
-    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
-    if (replay == 0) {
-      stream.synchronize();
-      mapped_after_first = stack.leaf().mapped_bytes();
-    }
-  }
-  EXPECT_EQ(count_sequence_mismatches(result, count, 6, stream), 0u);
-  EXPECT_EQ(stack.leaf().mapped_bytes(), mapped_after_first) << "replays must not take more memory";
-  ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
-  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-  stack.deallocate_async(result, mebibyte, stream);
-  stack.release();
-  EXPECT_EQ(stack.leaf().mapped_bytes(), 0u);
 }
 
 TEST(DeviceStack, ANegativeIdleReleaseIsRefusedByNameBeforeAnyCudaCall) {

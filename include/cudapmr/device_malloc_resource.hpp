@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace cudapmr {
@@ -30,9 +31,13 @@ class over_aligned_map;
 /// a miss and when it gives memory back. `deallocate_async` waits for the
 /// stream before freeing, which keeps the stream-ordered contract.
 ///
-/// Stream capture: allocating on a stream being captured throws cuda_error
-/// (`cudaErrorStreamCaptureUnsupported`), as no graph node can stand for
-/// `cudaMalloc`; a free on a captured stream is kept back until `release()`
+/// Stream capture: `cudaMalloc` cannot be captured, so an allocation on a
+/// stream being captured becomes a graph allocation node (`cudaMallocAsync`
+/// on that stream): memory the graph owns, at the same address at every
+/// launch, freed by a free node where it is freed during the capture, or by
+/// `cudaFreeAsync` on the freeing stream where it is freed after. It does not
+/// count in `allocated_bytes()` (the driver's graph memory holds it). A block
+/// of `cudaMalloc` freed on a captured stream is kept back until `release()`
 /// or destruction, as a replay of the graph may still use the memory. Calls
 /// for uncaptured streams run in relaxed capture mode, so they neither fail
 /// nor invalidate a capture that another thread runs meanwhile.
@@ -67,13 +72,16 @@ class device_malloc_resource final : public stream_ordered_resource {
   void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override;
   void do_report(resource_state& state) const override;
   void count_allocated(std::size_t bytes) noexcept;
+  /// `bytes` (plus `padding` for `alignment`) from the driver's graph memory, on the captured `stream`.
+  [[nodiscard]] void* allocate_in_graph(std::size_t bytes, std::size_t alignment, std::size_t padding, stream_ref stream);
 
   stream bound_stream_;
   std::atomic<std::size_t> allocated_{0};
   std::atomic<std::size_t> high_{0};
   std::unique_ptr<detail::over_aligned_map> over_aligned_;  // aligned pointer -> cudaMalloc's pointer
-  std::mutex mutex_;  // guards held_back_
+  std::mutex mutex_;  // guards held_back_ and graph_blocks_
   std::vector<void*> held_back_;  // cudaMalloc's pointers freed on captured streams
+  std::unordered_set<void*> graph_blocks_;  // allocated during a capture: the graph's memory
 };
 
 }  // namespace cudapmr

@@ -548,8 +548,11 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
 std::int64_t block_cache::allowed_cached(std::int64_t live, std::int64_t peak, std::int64_t budget) const noexcept {
   // Over an upstream that merges what it gets back, a block handed back is
   // not lost to other sizes: what is live now is the measure, not the peak.
-  if (per_live_)
-    return std::min(std::max(static_cast<std::int64_t>(static_cast<double>(live) * *per_live_), floor_bytes_), budget);
+  if (per_live_) {
+    // In double first: the product of a huge factor would not fit the cast.
+    const double allowed = std::min(static_cast<double>(live) * *per_live_, static_cast<double>(budget));
+    return std::min(std::max(static_cast<std::int64_t>(allowed), floor_bytes_), budget);
+  }
   // An eighth over the peak: a random mix's classes drift, and a cache held
   // to the peak trims blocks that the next rise misses (a 100,000-step mix of
   // 256 B..4 MiB missed 58 times at the peak, 23 times an eighth over it).

@@ -9,22 +9,28 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <stdexcept>
 #include <mutex>
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 namespace cudapmr {
 namespace {
 
 /// The stacks whose idle thread runs. At exit their threads stop before
-/// CUDA's teardown (registered earlier, at CUDA's first call, so run later):
-/// a stack never destroyed, such as `default_device_stack`'s, must not call
-/// the driver while it goes away.
+/// CUDA's teardown: a stack never destroyed, such as `default_device_stack`'s,
+/// must not call the driver while it goes away. (This assumes, as the CUDA
+/// runtime does today, that it registers its teardown at its first call,
+/// before any stack exists, so that it runs after this.) A forked child has
+/// none of its parent's threads: it leaves them alone.
 struct idle_threads {
   std::mutex mutex;
   std::vector<device_stack*> running;
+  pid_t process = 0;  // whose threads `running` are
 };
 
 idle_threads& registry() {
@@ -50,16 +56,22 @@ device_stack::device_stack(int device, device_stack_options options)
   static std::once_flag at_exit;
   std::call_once(at_exit, [] {
     std::atexit([] {
-      const std::lock_guard lock(registry().mutex);
+      const std::lock_guard lock(registry().mutex);  // a stack destroyed meanwhile waits, then finds itself gone
+      if (registry().process != ::getpid()) return;  // a forked child: not its threads
       for (device_stack* stack : registry().running) stack->stop_idle_thread();
+      registry().running.clear();
     });
   });
-  {
-    const std::lock_guard lock(registry().mutex);
-    registry().running.push_back(this);
-  }
   const auto interval = std::min<std::chrono::milliseconds>(options.idle_release, std::chrono::hours(24));
   idle_thread_ = std::jthread([this, interval](std::stop_token stop) { give_back_while_idle(std::move(stop), interval); });
+  try {
+    const std::lock_guard lock(registry().mutex);
+    registry().process = ::getpid();
+    registry().running.push_back(this);
+  } catch (...) {
+    stop_idle_thread();
+    throw;
+  }
 }
 
 device_stack::~device_stack() {
@@ -77,22 +89,28 @@ void device_stack::stop_idle_thread() noexcept {
   idle_thread_.join();
 }
 
-void device_stack::give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval) {
+void device_stack::give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval) noexcept {
   // Its event queries and unmaps concern no capture: relaxed, they neither
   // fail nor break one that another thread makes meanwhile.
   const detail::relaxed_capture_scope relaxed;
   if (cudaSetDevice(device_id()) != cudaSuccess) return;  // events for the leaf's frees belong to its device
-  std::pair<std::uint64_t, std::size_t> last_seen{~std::uint64_t{0}, 0};
+  std::array<std::uint64_t, 3> last_seen{~std::uint64_t{0}, 0, 0};
   std::unique_lock lock(idle_mutex_);
   while (!idle_wake_.wait_for(lock, stop, interval, [] { return false; }) && !stop.stop_requested()) {
-    const coalescing_statistics engine = engine_.statistics();
-    const std::pair<std::uint64_t, std::size_t> seen{engine.blocks_handed_out, engine.used_bytes};
-    if (std::exchange(last_seen, seen) != seen) continue;  // work since the last look
-    if (engine_.release_idle() == 0 && leaf_.pending_bytes() == 0) continue;
+    lock.unlock();
     try {
-      leaf_.release_completed();
-    } catch (...) {  // a failed wait: those ranges stay pending for the next look
+      // Work in the front alone (hits) counts too: the engine's bound follows a working set still in use.
+      const cache_statistics front = front_.statistics();
+      const coalescing_statistics engine = engine_.statistics();
+      const std::array<std::uint64_t, 3> seen{front.hits + front.misses, engine.blocks_handed_out, engine.used_bytes};
+      if (std::exchange(last_seen, seen) == seen) {
+        static_cast<void>(engine_.release_idle());
+        // Only what is done: a wait here would hold up the stack's destruction and the process's exit.
+        leaf_.unmap_completed();
+      }
+    } catch (...) {  // no memory for the statistics: the next look tries again
     }
+    lock.lock();
   }
 }
 

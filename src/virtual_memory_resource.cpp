@@ -364,6 +364,13 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
 
 void virtual_memory_resource::release_completed() { unmap_pending(true); }
 
+void virtual_memory_resource::unmap_completed() noexcept {
+  try {
+    unmap_pending(false);  // throws only where it waits
+  } catch (...) {
+  }
+}
+
 void virtual_memory_resource::do_trim(stream_ref /*stream: each pending free has its own event*/) {
   release_completed();
 }

@@ -104,7 +104,7 @@ class device_stack final : public stream_ordered_resource {
 
   /// The idle thread's loop: every `idle_release`, if the engine saw no work
   /// since the last look, its idle segments go back and the leaf unmaps what is done.
-  void give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval);
+  void give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval) noexcept;
   /// Stops the idle thread and waits for it; at exit too (a stack never destroyed).
   void stop_idle_thread() noexcept;
 

@@ -96,6 +96,8 @@ class virtual_memory_resource final : public stream_ordered_resource {
   /// Frees on captured streams stay held. \throws cuda_error where a wait
   /// fails; the ranges not yet unmapped then stay pending.
   void release_completed();
+  /// Unmaps the freed ranges whose work has completed; never waits.
+  void unmap_completed() noexcept;
   /// Synchronizes the device, then unmaps every freed range, those freed on
   /// captured streams included. Call it once no graph that used them will
   /// replay, and not while a stream of the device is being captured (the

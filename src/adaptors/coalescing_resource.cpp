@@ -517,6 +517,7 @@ std::size_t coalescing_resource::idle_allowance(std::size_t in_use_peak) const n
 }
 
 std::size_t coalescing_resource::release_idle() noexcept {
+  if (is_captured(own_bound_stream())) return 0;  // a free there would become a node of someone's graph
   std::vector<std::unique_ptr<segment>> taken;
   {
     const std::lock_guard lock(mutex_);

@@ -86,19 +86,21 @@ struct coalescing_statistics {
 ///   that stream only. A block freed with `deallocate_async` on its own stream
 ///   is free again at once (the stream orders its reuse). Freed on another
 ///   stream, it waits for an event recorded there at the free and is free once
-///   the event has completed (looked at on each allocation). A free on its
+///   the event has completed (looked at on each allocation, and on each free
+///   where `max_idle_bytes` is set). A free on its
 ///   own stream that leaves a segment wholly free records an event there, and
 ///   another stream that finds no free block takes such a segment over (the
 ///   smallest that fits and is at most twice the request, after waiting for
 ///   the event) before it asks the upstream for a new one: a stream per
 ///   request that frees on its own stream reuses the last one's memory. A
 ///   segment left wholly free by frees on other streams stays with its stream
-///   until that stream reuses it, `release()`, `trim()`, or the upstream
-///   refuses; one left wholly free by its own stream goes back at once where
-///   that stream's idle segments pass `max_idle_bytes`.
-///   A new segment that would take the resource past the most it has held
-///   first returns the stream's wholly free segments upstream (none of them
-///   fits): a growing working set leaves no trail.
+///   until that stream reuses it, `release()`, `trim()`, `release_idle()` or
+///   the upstream refuses. With `max_idle_bytes` set, a free on a stream gives
+///   that stream's wholly free segments back, in its order, while the idle
+///   bytes of all streams pass the bound it describes.
+///   A new segment that would take the resource past the most it has held (or
+///   the idle bytes past that bound) first returns the stream's wholly free
+///   segments that are too small for it: a growing working set leaves no trail.
 /// - pmr `allocate` and `deallocate` work in order on the bound stream and
 ///   synchronize after allocating, as every resource does.
 /// - Segments go back upstream with `release()`, at destruction, and when the
@@ -139,11 +141,15 @@ class coalescing_resource final : public resource_adaptor {
   /// handed back the bound stream's own wholly free segments.
   void release();
   /// Hands back upstream, on the bound stream and largest first, the wholly
-  /// free segments that no queued work can touch any more (their last free's
-  /// event has completed), until what stays is at most `max_idle_bytes` (none
-  /// where unset); the bound of what is kept at frees starts again from what is
-  /// in use. Never waits and never synchronizes: for a thread that gives back
-  /// what an idle program holds. Returns the bytes handed back.
+  /// free segments that no queued work can touch any more (the event of the
+  /// free on their own stream that emptied them has completed, or all their
+  /// blocks came back through completed events of other streams' frees),
+  /// until what stays is at most `max_idle_bytes` (none where unset); the bound
+  /// of what is kept at frees starts again from what is in use. A segment
+  /// emptied by another stream's free after frees on its own is not known
+  /// idle and stays. Never waits and never synchronizes, and does nothing
+  /// while the bound stream is captured: for a thread that gives back what
+  /// an idle program holds. Returns the bytes handed back.
   std::size_t release_idle() noexcept;
   [[nodiscard]] coalescing_statistics statistics() const;
   [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }
@@ -177,7 +183,7 @@ class coalescing_resource final : public resource_adaptor {
     std::set<block*, by_size> small_free;
     std::set<block*, by_size> large_free;
     /// Bytes of this stream's wholly free segments, kept as segments empty and
-    /// fill, so that a free finds at once whether they pass `max_idle_bytes`.
+    /// fill (`idle_bytes_` is all streams' together), so that a free finds at once whether they pass the bound.
     std::size_t idle_bytes = 0;
   };
   /// Owns its blocks, linked from `first`.

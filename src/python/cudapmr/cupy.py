@@ -44,9 +44,9 @@ def _require(resource, what):
 def allocator(resource=None):
     """A function for ``cupy.cuda.set_allocator``: ``nbytes`` -> a
     ``cupy.cuda.MemoryPointer`` into memory of ``resource`` (device or managed;
-    by default the process's ``default_device_stack`` of CuPy's current device)."""
+    by default the process's ``default_device_stack`` of the device current at each allocation)."""
     if resource is None:
-        resource = _default_device_stack(_cupy.cuda.runtime.getDevice())
+        return _default_stack_allocator()
     _require(resource, "allocator")
     if not resource.is_device_accessible:
         raise ValueError(f"cudapmr.cupy.allocator needs device-accessible memory; {resource.description} is not")
@@ -60,6 +60,24 @@ def allocator(resource=None):
         return pointer(unowned(allocation.ptr, nbytes, allocation, device), 0)
 
     allocate.resource = resource
+    return allocate
+
+
+def _default_stack_allocator():
+    """``allocator()`` with no resource: each device's default stack, looked up
+    at each allocation from CuPy's current device (``set_allocator`` applies to
+    every device)."""
+    get_device = _cupy.cuda.runtime.getDevice
+    per_device = {}
+
+    def allocate(nbytes):
+        device = get_device()
+        inner = per_device.get(device)
+        if inner is None:
+            inner = per_device[device] = allocator(_default_device_stack(device))
+        return inner(nbytes)
+
+    allocate.resource = _default_device_stack(get_device())
     return allocate
 
 

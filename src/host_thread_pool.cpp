@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/detail/host_thread_pool.hpp"
 
+#include "cudapmr/detail/host_topology.hpp"
+#include "cudapmr/host_topology.hpp"
+
 #include <pthread.h>
 
 #include <algorithm>
 #include <chrono>
-#include <new>
 #include <cstring>
+#include <map>
+#include <new>
 
 namespace cudapmr::detail {
 namespace {
@@ -78,23 +82,38 @@ std::size_t host_copy_threads(unsigned hardware_threads) noexcept {
   return std::clamp<std::size_t>(hardware_threads, 1, max_host_copy_threads);
 }
 
-host_thread_pool::host_thread_pool(std::size_t threads) {
+host_thread_pool::host_thread_pool(std::size_t threads) { start_workers(threads > 1 ? threads - 1 : 0); }
+
+host_thread_pool::host_thread_pool(std::size_t threads, int numa_node) : numa_node_(numa_node) {
+  detail::validate_numa_node(numa_node, "host_thread_pool");
+  start_workers(caller_helps() ? (threads > 1 ? threads - 1 : 0) : std::max<std::size_t>(threads, 1));
+}
+
+void host_thread_pool::start_workers(std::size_t workers) {
   static std::once_flag handlers;
   std::call_once(handlers, [] { ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child); });
   {
     const std::lock_guard lock(registry().mutex);
     registry().pools.push_back(this);
   }
-  const std::size_t workers = threads > 1 ? threads - 1 : 0;
   try {
     workers_.reserve(workers);
-    for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
+    for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] {
+      if (!caller_helps() && bind_this_thread_to_numa_node(numa_node_))
+        bound_workers_.fetch_add(1, std::memory_order_relaxed);
+      started_workers_.fetch_add(1, std::memory_order_release);
+      started_workers_.notify_all();
+      work();
+    });
   } catch (...) {
     stop();  // join the threads already started
     const std::lock_guard lock(registry().mutex);
     std::erase(registry().pools, this);  // a later fork must not lock this object's mutex
     throw;
   }
+  // Workers of a pool on a node bind themselves first, so that its first job runs where it should.
+  for (std::size_t started = 0; (started = started_workers_.load(std::memory_order_acquire)) < workers;)
+    started_workers_.wait(started, std::memory_order_acquire);
 }
 
 host_thread_pool::~host_thread_pool() {
@@ -188,7 +207,7 @@ void host_thread_pool::work() {
 
 void host_thread_pool::run(std::size_t parts, const std::function<void(std::size_t)>& body) {
   if (parts == 0) return;
-  if (workers_.empty() || parts == 1) {
+  if (workers_.empty() || (parts == 1 && caller_helps())) {
     std::exception_ptr error;
     for (std::size_t part = 0; part < parts; ++part)
       if (std::exception_ptr thrown = call(body, part); thrown && !error) error = thrown;
@@ -203,10 +222,13 @@ void host_thread_pool::run(std::size_t parts, const std::function<void(std::size
   has_work_.store(true, std::memory_order_relaxed);
   lock.unlock();
   // Wake only as many sleepers as there are parts for (spinning ones need none).
-  for (std::size_t i = 0, wanted = std::min(parts - 1, workers_.size()); i < wanted; ++i) wake_.notify_one();
-  lock.lock();
-  while (task.next < task.parts) execute(task, claim(task), lock);
-  lock.unlock();
+  const std::size_t for_workers = caller_helps() ? parts - 1 : parts;
+  for (std::size_t i = 0, wanted = std::min(for_workers, workers_.size()); i < wanted; ++i) wake_.notify_one();
+  if (caller_helps()) {
+    lock.lock();
+    while (task.next < task.parts) execute(task, claim(task), lock);
+    lock.unlock();
+  }
   if (!spin_until([&task] { return task.finished.load(std::memory_order_acquire) == task.parts; })) {
     lock.lock();
     done_.wait(lock, [&task] { return task.finished.load(std::memory_order_acquire) == task.parts; });
@@ -223,6 +245,21 @@ host_thread_pool& host_copy_pool() {
   // pool's condition variable, which stays valid, until the process ends, and
   // a leak checker finds the pool reachable through this pointer.
   static auto* pool = new host_thread_pool(host_copy_threads(std::thread::hardware_concurrency()));
+  return *pool;
+}
+
+host_thread_pool& host_copy_pool(int numa_node) {
+  if (numa_node == any_numa_node) return host_copy_pool();
+  detail::validate_numa_node(numa_node, "host_copy_pool");
+  // Never destroyed, as above; one pool per node, made at its first copy.
+  static std::mutex mutex;
+  static auto* pools = new std::map<int, host_thread_pool*>();
+  const std::lock_guard lock(mutex);
+  host_thread_pool*& pool = (*pools)[numa_node];
+  if (pool == nullptr) {
+    const auto processors = static_cast<unsigned>(std::min<std::size_t>(numa_node_processors(numa_node), 1U << 16));
+    pool = new host_thread_pool(host_copy_threads(processors), numa_node);
+  }
   return *pool;
 }
 

@@ -92,6 +92,8 @@ std::string describe_holdings(const resource_state& state) {
     add(fmt::format("{} cached for stream {}", human_bytes(cached.bytes), fmt::ptr(cached.stream.get())));
   if (state.cap_bytes) add(fmt::format("cap {}", human_bytes(*state.cap_bytes)));
   if (state.largest_free_block) add(fmt::format("largest free block {}", human_bytes(*state.largest_free_block)));
+  if (state.numa_node) add(fmt::format("on NUMA node {}", *state.numa_node));
+  if (!state.note.empty()) add(fmt::format("note: {}", state.note));
   return line;
 }
 

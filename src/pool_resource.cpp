@@ -7,8 +7,10 @@
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
+#include "cudapmr/detail/host_topology.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
+#include "cudapmr/host_topology.hpp"
 
 #include <fmt/format.h>
 
@@ -33,9 +35,10 @@ cudaMemLocation device_location(int device) {
   return location;
 }
 
-cudaMemLocation host_location() {
+cudaMemLocation host_location(std::optional<int> numa_node) {
   cudaMemLocation location{};
-  location.type = cudaMemLocationTypeHost;
+  location.type = numa_node ? cudaMemLocationTypeHostNuma : cudaMemLocationTypeHost;
+  location.id = numa_node.value_or(0);
   return location;
 }
 
@@ -52,13 +55,19 @@ detail::pool_handle default_pool(cudaMemLocation location, cudaMemAllocationType
   return {pool, false};
 }
 
-detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
-                                cudaMemAllocationHandleType handle_types) {
+cudaMemPoolProps pool_properties(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
+                                 cudaMemAllocationHandleType handle_types) {
   cudaMemPoolProps properties{};
   properties.allocType = type;
   properties.location = location;
   properties.maxSize = max_size;
   properties.handleTypes = handle_types;
+  return properties;
+}
+
+detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
+                                cudaMemAllocationHandleType handle_types) {
+  const cudaMemPoolProps properties = pool_properties(location, type, max_size, handle_types);
   cudaMemPool_t pool = nullptr;
   CUDAPMR_CHECK(cudaMemPoolCreate(&pool, &properties));
   return {pool, true};
@@ -79,6 +88,62 @@ void grant_access_to_all_devices(cudaMemPool_t pool) {
 detail::pool_handle with_device_access(detail::pool_handle pool) {
   grant_access_to_all_devices(pool.get());
   return pool;
+}
+
+/// The NUMA node a pinned pool is asked for: `asked` (checked), or where
+/// empty the node nearest `device`; empty for any node, with a note that says
+/// why when the caller did not ask for that.
+std::optional<int> pinned_node(const std::optional<int>& asked, int device, std::string& note) {
+  if (asked) return *asked == any_numa_node ? std::nullopt : asked;
+  std::optional<int> nearest = nearest_numa_node(device);
+  if (!nearest)
+    note = fmt::format("neither the driver nor hwloc names the NUMA node nearest device {}: the kernel places the pages",
+                       device);
+  return nearest;
+}
+
+/// A pinned pool on `node` (the driver's default pool there, or a new one with
+/// `options`); where CUDA refuses a pool on that node, CUDA's plain host pool and a note.
+detail::placed_host_pool place_pinned_pool(std::optional<int> node, std::string note, int device,
+                                           const pinned_pool_options* options) {
+  auto make = [options](cudaMemLocation location, cudaMemPool_t& pool) {
+    if (options == nullptr) return cudaMemGetDefaultMemPool(&pool, &location, cudaMemAllocationTypePinned);
+    const cudaMemPoolProps properties =
+        pool_properties(location, cudaMemAllocationTypePinned, options->max_size, cudaMemHandleTypeNone);
+    return cudaMemPoolCreate(&pool, &properties);
+  };
+  if (node) {
+    int supported = 0;
+    CUDAPMR_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrHostNumaMemoryPoolsSupported, device));
+    cudaMemPool_t pool = nullptr;
+    cudaError_t status = cudaErrorNotSupported;
+    if (supported != 0) status = make(host_location(node), pool);
+    if (status == cudaSuccess) return {with_device_access({pool, options != nullptr}), node, std::move(note), device};
+    static_cast<void>(detail::recover_from(status));
+    note = supported == 0
+               ? fmt::format("device {} has no host NUMA memory pools (cudaDevAttrHostNumaMemoryPoolsSupported is 0): "
+                             "NUMA node {} was not used, the kernel places the pages",
+                             device, *node)
+               : fmt::format("CUDA refused a pinned pool on NUMA node {} ({}: {}): the kernel places the pages",
+                             *node, cudaGetErrorName(status), cudaGetErrorString(status));
+  }
+  cudaMemPool_t pool = nullptr;
+  if (const cudaError_t status = make(host_location(std::nullopt), pool); status != cudaSuccess) {
+    static_cast<void>(detail::recover_from(status));
+    throw cuda_error(status, options == nullptr ? "cudaMemGetDefaultMemPool for pinned host memory"
+                                                : "cudaMemPoolCreate for pinned host memory");
+  }
+  return {with_device_access({pool, options != nullptr}), std::nullopt, std::move(note), device};
+}
+
+detail::placed_host_pool pinned_pool(const pinned_pool_options* options) {
+  const std::optional<int> asked = options != nullptr ? options->numa_node : std::nullopt;
+  // An explicit node is checked before any CUDA call.
+  if (asked) detail::validate_numa_node(*asked, "pinned_pool_options::numa_node");
+  const int device = current_device_ordinal();
+  std::string note;
+  const std::optional<int> node = pinned_node(asked, device, note);
+  return place_pinned_pool(node, std::move(note), device, options);
 }
 
 std::uint64_t pool_attribute(cudaMemPool_t pool, cudaMemPoolAttr attribute) {
@@ -143,6 +208,12 @@ pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handl
       bound_stream_(stream_device),
       over_aligned_(detail::over_aligned_map_of(pool_.get())) {}
 
+pool_resource::pool_resource(memory_kind kind, detail::placed_host_pool pool, const char* name)
+    : pool_resource(kind, -1, std::move(pool.pool), name, pool.stream_device) {
+  host_numa_node_ = pool.numa_node;
+  placement_note_ = std::move(pool.note);
+}
+
 pool_resource::~pool_resource() {
   // Stream-ordered frees queued on the bound stream must land before an owned
   // pool is destroyed; errors are ignored, as a destructor must not throw.
@@ -182,6 +253,8 @@ void pool_resource::do_report(resource_state& state) const {
   state.reserved_bytes = counters.reserved_current;
   state.peak_reserved_bytes = counters.reserved_high;
   state.releasable_bytes = counters.reserved_current - std::min(counters.reserved_current, counters.used_current);
+  state.numa_node = host_numa_node_;
+  state.note = placement_note_;
 }
 
 void pool_resource::do_trim(stream_ref stream) {
@@ -199,6 +272,7 @@ void pool_resource::set_release_threshold(std::size_t bytes) {
 
 std::string pool_resource::description() const {
   const char* pool_kind = owns_pool() ? "owned pool" : "default pool";
+  if (host_numa_node_) return fmt::format("{} (NUMA node {}, {})", name_, *host_numa_node_, pool_kind);
   if (device_id() < 0) return fmt::format("{} ({})", name_, pool_kind);
   return fmt::format("{} (device {}, {})", name_, device_id(), pool_kind);
 }
@@ -266,17 +340,12 @@ device_memory_resource& default_device_resource(int device) {
 }
 
 pinned_memory_resource::pinned_memory_resource()
-    : pool_resource(memory_kind::pinned, -1,
-                    with_device_access(default_pool(host_location(), cudaMemAllocationTypePinned)),
-                    "pinned_memory_resource", current_device_ordinal()) {
+    : pool_resource(memory_kind::pinned, pinned_pool(nullptr), "pinned_memory_resource") {
   configure(0, keep_all_memory);
 }
 
 pinned_memory_resource::pinned_memory_resource(const pinned_pool_options& options)
-    : pool_resource(memory_kind::pinned, -1,
-                    with_device_access(create_pool(host_location(), cudaMemAllocationTypePinned, options.max_size,
-                                                   cudaMemHandleTypeNone)),
-                    "pinned_memory_resource", current_device_ordinal()) {
+    : pool_resource(memory_kind::pinned, pinned_pool(&options), "pinned_memory_resource") {
   configure(options.initial_size, options.release_threshold);
 }
 

@@ -126,9 +126,10 @@ class json_writer {
     value(number);
   }
   /// A member whose value is null when empty.
-  void optional_member(std::string_view name, const std::optional<std::size_t>& number) {
+  template <class Number>
+  void optional_member(std::string_view name, const std::optional<Number>& number) {
     key(name);
-    if (number) value(static_cast<std::uint64_t>(*number));
+    if (number) value(*number);
     else null();
   }
   [[nodiscard]] std::string take() { return std::move(text_); }
@@ -230,6 +231,8 @@ void write_resource_members(json_writer& json, const resource_state& state) {
   });
   json.optional_member("largest_free_block", state.largest_free_block);
   json.optional_member("cap_bytes", state.cap_bytes);
+  json.optional_member("numa_node", state.numa_node);
+  if (!state.note.empty()) json.member("note", std::string_view(state.note));
   json.key("statistics");
   if (state.statistics) {
     json.begin_object();

@@ -12,11 +12,13 @@
 #include "cudapmr/detail/pointer_type.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
+#include "cudapmr/host_topology.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -46,6 +48,7 @@ class staging_set final {
   staging_set& operator=(const staging_set&) = delete;
 
   [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] const pinned_memory_resource& pinned() const noexcept { return *pinned_; }
   [[nodiscard]] unsigned char* block(std::size_t index) const noexcept { return memory_ + index * staging_block_bytes; }
 
   /// Blocks until the last DMA that used block `index` has finished. \throws cuda_error.
@@ -74,18 +77,18 @@ class staging_set final {
   std::array<cudaEvent_t, staging_block_count> events_{};
 };
 
-/// The idle staging sets, by device, over a pinned pool of the library's own.
-/// Sets are made when every existing one is in use (by concurrent copies) and
-/// kept until exit, when the idle ones go back to the pool; the cache itself
-/// lives on for copies that still run.
+/// The idle staging sets, by device and NUMA node, each node's over a pinned
+/// pool of the library's own on that node. Sets are made when every existing
+/// one is in use (by concurrent copies) and kept until exit, when the idle
+/// ones go back to the pools; the cache itself lives on for copies that still run.
 class staging_cache final {
  public:
-  /// An idle set for `device`, or a new one. \throws out_of_memory, cuda_error.
-  std::unique_ptr<staging_set> acquire(int device) {
+  /// An idle set for `device` on `numa_node`, or a new one. \throws out_of_memory, cuda_error.
+  std::unique_ptr<staging_set> acquire(int device, int numa_node) {
     {
       const std::lock_guard lock(mutex_);
-      const auto found = std::find_if(idle_.begin(), idle_.end(), [device](const auto& set) {
-        return set->device() == device;
+      const auto found = std::find_if(idle_.begin(), idle_.end(), [&](const auto& set) {
+        return set->device() == device && pinned_node(set->pinned()) == numa_node;
       });
       if (found != idle_.end()) {
         std::unique_ptr<staging_set> set = std::move(*found);
@@ -93,10 +96,19 @@ class staging_cache final {
         return set;
       }
     }
-    return std::make_unique<staging_set>(pinned_, device);
+    return std::make_unique<staging_set>(pinned_on(numa_node), device);
   }
 
-  /// Frees the idle sets, handing their memory back to CUDA's pool; later
+  /// The pinned pool of the staging blocks on `numa_node`, made at first use.
+  /// \throws std::invalid_argument for a node the machine lacks; cuda_error.
+  pinned_memory_resource& pinned_on(int numa_node) {
+    const std::lock_guard lock(mutex_);
+    std::unique_ptr<pinned_memory_resource>& pinned = pinned_[numa_node];
+    if (!pinned) pinned = std::make_unique<pinned_memory_resource>(pinned_pool_options{.numa_node = numa_node});
+    return *pinned;
+  }
+
+  /// Frees the idle sets, handing their memory back to CUDA's pools; later
   /// copies make new ones.
   void give_back_idle() noexcept {
     std::vector<std::unique_ptr<staging_set>> idle;
@@ -117,10 +129,20 @@ class staging_cache final {
     }
   }
 
+
  private:
-  pinned_memory_resource pinned_{pinned_pool_options{}};  // declared first: destroyed after the sets
+  /// The node a pool was asked for, whether or not CUDA put it there. Needs `mutex_` held.
+  int pinned_node(const pinned_memory_resource& pinned) const noexcept {
+    for (const auto& [node, pool] : pinned_)
+      if (pool.get() == &pinned) return node;
+    return any_numa_node;
+  }
+
+  // Declared first: destroyed after the sets (the cache is never destroyed, but
+  // its order stays right should that change).
+  std::map<int, std::unique_ptr<pinned_memory_resource>> pinned_;
+  std::mutex mutex_;  // guards pinned_ and idle_
   const bool keep_nothing_ = detail::caching_disabled();  // CUDAPMR_NO_CACHING=1, read once
-  std::mutex mutex_;
   std::vector<std::unique_ptr<staging_set>> idle_;
 };
 
@@ -136,14 +158,27 @@ staging_cache& the_staging_cache() {
   return *cache;
 }
 
+/// The node whose memory and processors stage copies for `device`: the one
+/// nearest it, found once per device; `any_numa_node` where none is known.
+int staging_node_of(int device) {
+  static std::mutex mutex;
+  static auto* nodes = new std::map<int, int>();
+  const std::lock_guard lock(mutex);
+  const auto found = nodes->find(device);
+  if (found != nodes->end()) return found->second;
+  const int node = nearest_numa_node(device).value_or(any_numa_node);
+  nodes->emplace(device, node);
+  return node;
+}
+
 /// A staging set held for one copy. A copy that fails part-way may have
 /// queued a DMA whose event was not recorded: the set is returned only after
 /// the stream has drained.
 class staging_lease final {
  public:
-  explicit staging_lease(stream_ref stream)
+  staging_lease(stream_ref stream, int numa_node)
       : stream_(stream),
-        set_(the_staging_cache().acquire(stream_device(stream))),
+        set_(the_staging_cache().acquire(stream_device(stream), numa_node)),
         exceptions_(std::uncaught_exceptions()) {}
   ~staging_lease() {
     if (std::uncaught_exceptions() > exceptions_) {
@@ -184,6 +219,10 @@ bool is_device_side(const std::optional<cudaMemoryType>& type) noexcept {
 
 }  // namespace
 
+int staging_numa_node(int device) { return staging_node_of(device); }
+
+const pinned_memory_resource& staging_pool(int numa_node) { return the_staging_cache().pinned_on(numa_node); }
+
 std::size_t staging_chunk_bytes(std::size_t bytes) noexcept {
   const std::size_t quarter = bytes / staging_block_count;
   const std::size_t rounded = (quarter + host_copy_granule - 1) / host_copy_granule * host_copy_granule;
@@ -201,10 +240,12 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
   return true;
 }
 
-void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream) {
+void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
+                   std::optional<int> numa_node) {
   if (bytes == 0) return;
-  const staging_lease staging(stream);
-  host_thread_pool& threads = host_copy_pool();
+  const int node = numa_node.value_or(staging_node_of(stream_device(stream)));
+  const staging_lease staging(stream, node);
+  host_thread_pool& threads = host_copy_pool(node);
   auto* to = static_cast<unsigned char*>(destination);
   const auto* from = static_cast<const unsigned char*>(host_source);
   const chunking chunks(bytes);
@@ -217,10 +258,12 @@ void staged_copy_to_device(void* destination, const void* host_source, std::size
   }
 }
 
-void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream) {
+void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
+                   std::optional<int> numa_node) {
   if (bytes == 0) return;
-  const staging_lease staging(stream);
-  host_thread_pool& threads = host_copy_pool();
+  const int node = numa_node.value_or(staging_node_of(stream_device(stream)));
+  const staging_lease staging(stream, node);
+  host_thread_pool& threads = host_copy_pool(node);
   auto* to = static_cast<unsigned char*>(host_destination);
   const auto* from = static_cast<const unsigned char*>(source);
   const chunking chunks(bytes);

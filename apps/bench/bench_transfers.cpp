@@ -5,7 +5,11 @@
 // a prefetch first.
 //
 // Names: copy/<direction>/<memory kind>/<size>/<entrant>,
-// kernel/<size>/<entrant>, managed/<size>/<entrant>. "peer:" entrants are the
+// kernel/<size>/<entrant>, managed/<size>/<entrant>. On each host NUMA node,
+// copy/<direction>/<pinned|pageable>/<size>/numa:node<N> copy from a pinned
+// pool on node N, or stage a pageable buffer (kept on the device's node)
+// through blocks and threads on node N; the label says node-local or
+// node-remote, against the node nearest device 0. "peer:" entrants are the
 // raw CUDA call (or, for the kernel, the device-to-device copy it is held to),
 // "cudapmr:" ours, "variant:" alternatives shown for tuning only (the table
 // leaves them out). Device work is timed with CUDA events; rates count bytes
@@ -14,14 +18,18 @@
 #include <scale_and_bias.hpp>
 
 #include <cudapmr/cudapmr.hpp>
+#include <cudapmr/detail/host_thread_pool.hpp>
 #include <cudapmr/detail/staged_copy.hpp>
+#include <cudapmr/host_topology.hpp>
 
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -156,17 +164,55 @@ const char* name_of(host_kind kind) {
   return kind == host_kind::pinned ? "pinned" : kind == host_kind::pageable ? "pageable" : "managed";
 }
 
-/// One direction between a host-side memory kind and device buffers, by one path.
-void host_device_copy(benchmark::State& state, std::size_t bytes, bool to_device, host_kind kind, copy_path path) {
+struct unmapper {
+  std::size_t bytes;
+  void operator()(unsigned char* pages) const noexcept { ::munmap(pages, bytes); }
+};
+using mapped_pages = std::unique_ptr<unsigned char, unmapper>;
+
+/// `bytes` of pageable memory, first touched by threads on `numa_node` (the
+/// kernel puts a page where it is first written), so that it lives there.
+mapped_pages pageable_on(int numa_node, std::size_t bytes) {
+  void* pages = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) throw std::bad_alloc();
+  mapped_pages mapped(static_cast<unsigned char*>(pages), unmapper{bytes});
+  cudapmr::detail::host_thread_pool& threads = cudapmr::detail::host_copy_pool(numa_node);
+  const std::size_t parts = std::max<std::size_t>(threads.concurrency(), 1);
+  threads.run(parts, [&](std::size_t part) {
+    const auto piece = cudapmr::detail::partition(bytes, parts, part, cudapmr::detail::host_copy_granule);
+    std::memset(mapped.get() + piece.offset, 0, piece.bytes);
+  });
+  return mapped;
+}
+
+/// One direction between a host-side memory kind and device buffers, by one
+/// path; with `numa_node`, the pinned pool or the staging on that node.
+void host_device_copy(benchmark::State& state, std::size_t bytes, bool to_device, host_kind kind, copy_path path,
+                      std::optional<int> numa_node = std::nullopt) {
   guarded(state, [&] {
     const cudapmr::stream stream(0);
     std::vector<byte_buffer> device = device_buffers(rotation_for(bytes), bytes, stream);
-    cudapmr::pinned_memory_resource pinned;
+    std::optional<cudapmr::pinned_memory_resource> pinned_pool;
+    if (numa_node) pinned_pool.emplace(cudapmr::pinned_pool_options{.numa_node = numa_node});
+    else pinned_pool.emplace();  // the default pool, as users' first pinned resource
+    cudapmr::pinned_memory_resource& pinned = *pinned_pool;
     cudapmr::managed_memory_resource managed;
     std::vector<unsigned char> pageable;
+    mapped_pages pageable_near_device(nullptr, unmapper{0});
     std::optional<byte_buffer> host_buffer;
     std::span<unsigned char> host;
-    if (kind == host_kind::pageable) {
+    if (numa_node) {
+      const int near = cudapmr::detail::staging_numa_node(0);
+      state.SetLabel(*numa_node == near ? "node-local" : "node-remote");
+      if (kind == host_kind::pinned && !pinned.placement_note().empty()) {
+        state.SkipWithError(pinned.placement_note().c_str());
+        return;
+      }
+    }
+    if (kind == host_kind::pageable && numa_node) {
+      pageable_near_device = pageable_on(cudapmr::detail::staging_numa_node(0), bytes);
+      host = std::span<unsigned char>(pageable_near_device.get(), bytes);
+    } else if (kind == host_kind::pageable) {
       pageable.resize(bytes);
       host = pageable;
     } else {
@@ -184,8 +230,8 @@ void host_device_copy(benchmark::State& state, std::size_t bytes, bool to_device
         const void* source = to_device ? static_cast<const void*>(host.data()) : on_device.data();
         CUDAPMR_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream.get()));
       } else if (path == copy_path::staged) {
-        if (to_device) cudapmr::detail::staged_copy_to_device(on_device.data(), host.data(), bytes, stream);
-        else cudapmr::detail::staged_copy_to_host(host.data(), on_device.data(), bytes, stream);
+        if (to_device) cudapmr::detail::staged_copy_to_device(on_device.data(), host.data(), bytes, stream, numa_node);
+        else cudapmr::detail::staged_copy_to_host(host.data(), on_device.data(), bytes, stream, numa_node);
       } else if (host_buffer) {
         if (to_device) on_device.copy_from(*host_buffer, stream);
         else on_device.copy_to(*host_buffer, stream);
@@ -287,6 +333,21 @@ void register_transfer_benchmarks() {
             [bytes, to_device, entrant](benchmark::State& state) {
               host_device_copy(state, bytes, to_device, entrant.kind, entrant.path);
             });
+      }
+    }
+  }
+  // Near and far from the device: what a copy through the other socket costs.
+  for (const bool to_device : {true, false}) {
+    for (const int node : cudapmr::host_numa_nodes()) {
+      for (const host_kind kind : {host_kind::pinned, host_kind::pageable}) {
+        for (const std::size_t bytes : {64 * mebibyte, gibibyte}) {
+          add(std::string("copy/") + (to_device ? "h2d/" : "d2h/") + name_of(kind) + "/" + size_name(bytes) +
+                  "/numa:node" + std::to_string(node),
+              [bytes, to_device, kind, node](benchmark::State& state) {
+                host_device_copy(state, bytes, to_device, kind,
+                                 kind == host_kind::pinned ? copy_path::raw : copy_path::staged, node);
+              });
+        }
       }
     }
   }

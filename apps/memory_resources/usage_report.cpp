@@ -2,6 +2,7 @@
 #include "usage_report.hpp"
 
 #include <cudapmr/interop/format.hpp>
+#include <cudapmr/pinned_memory_resource.hpp>
 
 #include <fmt/format.h>
 
@@ -14,7 +15,14 @@ usage_report::watch::~watch() {
     std::optional<cudapmr::pool_stats> pool;
     if (const auto* pooled = dynamic_cast<const cudapmr::pool_resource*>(&history_.upstream_resource()))
       pool = pooled->stats();
-    report_.entries_.push_back({std::move(name_), counted_.statistics(), pool, cudapmr::snapshot(counted_)});
+    std::string placement;
+    if (const auto* pinned = dynamic_cast<const cudapmr::pinned_memory_resource*>(&history_.upstream_resource())) {
+      const std::optional<int> node = pinned->numa_node();
+      placement = node ? fmt::format("NUMA node {}", *node) : "any NUMA node";
+      if (!pinned->placement_note().empty()) placement += fmt::format(" ({})", pinned->placement_note());
+    }
+    report_.entries_.push_back(
+        {std::move(name_), counted_.statistics(), pool, std::move(placement), cudapmr::snapshot(counted_)});
   } catch (...) {
     // A report line is not worth ending the program for.
   }
@@ -39,6 +47,7 @@ void usage_report::print() const {
     fmt::print("  {}\n    usage: {}\n", recorded.name, recorded.usage);
     fmt::print("    peak bytes: {} ({} events recorded)\n", recorded.usage.bytes.peak, recorded.state.events.size());
     if (recorded.pool) fmt::print("    pool:  {}\n", *recorded.pool);
+    if (!recorded.placement.empty()) fmt::print("    pages: {}\n", recorded.placement);
   }
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The demo's --report: peak and current usage of each resource it draws from,
-// counted by statistics adaptors, and the reserve of each resource's pool;
+// counted by statistics adaptors, the reserve of each resource's pool and
+// where a pinned pool's pages are;
 // each resource's history and state for --snapshot and --trace.
 
 #include <cudapmr/adaptors/history_adaptor.hpp>
@@ -54,6 +55,8 @@ class usage_report {
     std::string name;
     cudapmr::resource_statistics usage;
     std::optional<cudapmr::pool_stats> pool;
+    /// A host pool's NUMA node ("NUMA node 0"), or why it has none; empty for other memory.
+    std::string placement;
     cudapmr::memory_snapshot state;
   };
   [[nodiscard]] std::vector<entry> sorted_entries() const;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace cudapmr {
@@ -48,6 +49,16 @@ class pool_handle {
 }  // namespace detail
 
 namespace detail {
+/// A pool of host memory, the NUMA node its pages are on (empty where the
+/// kernel chooses), why it is not where it was asked to be (empty when it is),
+/// and the device whose stream the resource binds.
+struct placed_host_pool {
+  pool_handle pool;
+  std::optional<int> numa_node;
+  std::string note;
+  int stream_device = 0;
+};
+
 /// Over-aligned allocations of one pool: each aligned pointer and the pointer
 /// the pool gave. Shared by every resource over the pool, as they are equal.
 class over_aligned_map;
@@ -88,6 +99,10 @@ class pool_resource : public stream_ordered_resource {
 
   [[nodiscard]] std::string description() const final;
 
+  /// Why the pool is not where it was asked to be (a host NUMA node CUDA
+  /// refused, a device whose nearest node is unknown); empty when it is.
+  [[nodiscard]] const std::string& placement_note() const noexcept { return placement_note_; }
+
  protected:
   /// \param kind the memory the pool holds.
   /// \param device_id the device the pool belongs to (or prefers).
@@ -95,6 +110,10 @@ class pool_resource : public stream_ordered_resource {
   /// \param name the concrete class, for messages.
   /// \param stream_device the device the bound stream is created on.
   pool_resource(memory_kind kind, int device_id, detail::pool_handle pool, const char* name, int stream_device);
+  /// A pool of host memory, with where it is.
+  pool_resource(memory_kind kind, detail::placed_host_pool pool, const char* name);
+
+  [[nodiscard]] std::optional<int> host_numa_node() const noexcept { return host_numa_node_; }
 
   /// Sets the release threshold, then reserves `initial_size` bytes by
   /// allocating and freeing them on the bound stream.
@@ -117,6 +136,8 @@ class pool_resource : public stream_ordered_resource {
   /// Allocations aligned past what the pool guarantees are over-allocated;
   /// this maps each aligned pointer back to the pointer the pool gave.
   std::shared_ptr<detail::over_aligned_map> over_aligned_;
+  std::optional<int> host_numa_node_;
+  std::string placement_note_;
 };
 
 }  // namespace cudapmr

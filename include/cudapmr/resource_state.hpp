@@ -66,6 +66,10 @@ struct resource_state {
   std::optional<std::size_t> releasable_bytes;
   /// A statistics_adaptor's counters.
   std::optional<resource_statistics> statistics;
+  /// The host NUMA node its pages are on (a pinned pool's); empty where the kernel chooses or it is not host memory.
+  std::optional<int> numa_node;
+  /// Something the reader should know about it: why it is not where it was asked to be, a fallback taken.
+  std::string note;
 };
 
 }  // namespace cudapmr

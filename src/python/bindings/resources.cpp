@@ -147,6 +147,8 @@ nb::dict state_dict(const stream_ordered_resource& self) {
   result["largest_free_block"] = optional(state.largest_free_block);
   result["cap_bytes"] = optional(state.cap_bytes);
   result["releasable_bytes"] = optional(state.releasable_bytes);
+  result["numa_node"] = state.numa_node ? nb::object(nb::int_(*state.numa_node)) : nb::none();
+  result["note"] = state.note;
   return result;
 }
 
@@ -224,7 +226,9 @@ void bind_kinds(nb::module_& module) {
       .def("statistics", &pool_resource::stats, "The pool's counters, a PoolStatistics.")
       .def("reset_peaks", &pool_resource::reset_peaks)
       .def("trim_to", &pool_resource::trim_to, "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold);
+      .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold)
+      .def_prop_ro("placement_note", &pool_resource::placement_note,
+                   "Why the pool is not where it was asked to be (a NUMA node CUDA refused); empty when it is.");
 
   nb::class_<device_pool_options>(module, "DeviceMemoryResourceOptions", "Options of an owned device pool.")
       .def(
@@ -244,13 +248,17 @@ void bind_kinds(nb::module_& module) {
       .def(
           "__init__",
           [](pinned_pool_options* self, std::size_t initial_size, std::size_t max_size,
-             std::size_t release_threshold) {
-            new (self) pinned_pool_options{initial_size, max_size, release_threshold};
+             std::size_t release_threshold, std::optional<int> numa_node) {
+            new (self) pinned_pool_options{initial_size, max_size, release_threshold, numa_node};
           },
-          nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory)
+          nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
+          "numa_node"_a.none() = nb::none(),
+          "numa_node: the host NUMA node of the pool's pages; None: the node nearest the current device; "
+          "ANY_NUMA_NODE: wherever the kernel puts them.")
       .def_rw("initial_size", &pinned_pool_options::initial_size)
       .def_rw("max_size", &pinned_pool_options::max_size)
-      .def_rw("release_threshold", &pinned_pool_options::release_threshold);
+      .def_rw("release_threshold", &pinned_pool_options::release_threshold)
+      .def_rw("numa_node", &pinned_pool_options::numa_node);
 
   nb::class_<managed_pool_options>(module, "ManagedMemoryResourceOptions", "Options of an owned managed pool.")
       .def(
@@ -284,7 +292,9 @@ void bind_kinds(nb::module_& module) {
   nb::class_<pinned_memory_resource, pool_resource>(
       module, "PinnedMemoryResource",
       "Pinned host memory that every device reaches: the default pinned pool, or an owned one with options.")
-      .def("__init__", &construct_kind<pinned_memory_resource, pinned_pool_options>, "options"_a.none() = nb::none());
+      .def("__init__", &construct_kind<pinned_memory_resource, pinned_pool_options>, "options"_a.none() = nb::none())
+      .def_prop_ro("numa_node", &pinned_memory_resource::numa_node,
+                   "The host NUMA node the pool's pages are on; None where the kernel chooses (placement_note says why).");
 
   nb::class_<managed_memory_resource, pool_resource>(
       module, "ManagedMemoryResource",

@@ -4,9 +4,12 @@
 
 #include <cudapmr/device.hpp>
 #include <cudapmr/error.hpp>
+#include <cudapmr/host_topology.hpp>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <string>
@@ -96,6 +99,16 @@ void bind_streams(nb::module_& module) {
         CUDAPMR_CHECK(cudaDeviceSynchronize());
       },
       nb::arg("device_id") = 0, nb::call_guard<nb::gil_scoped_release>(), "Waits for all work on the device.");
+
+  module.attr("ANY_NUMA_NODE") = cudapmr::any_numa_node;
+  module.def("host_numa_nodes", &cudapmr::host_numa_nodes,
+             "The host's NUMA nodes by the system's numbers; [0] on a machine without NUMA.");
+  module.def("nearest_numa_node", &cudapmr::nearest_numa_node, nb::arg("device_id") = 0,
+             "The host NUMA node nearest the device (the driver's answer, else hwloc's); None where unknown.");
+  module.def(
+      "numa_node_of", [](std::uintptr_t address) { return cudapmr::numa_node_of(reinterpret_cast<const void*>(address)); },
+      nb::arg("address"), "The NUMA node whose memory holds the page at an address, as the kernel reports it; None "
+                          "for a page not backed yet.");
 }
 
 }  // namespace cudapmr::python

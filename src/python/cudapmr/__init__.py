@@ -10,6 +10,7 @@ stream-ordered buffers with DLPack, and plug-ins for cuda.core
 """
 
 from ._cudapmr import (
+    ANY_NUMA_NODE,
     Buffer,
     CacheStatistics,
     CachingResource,
@@ -50,6 +51,9 @@ from ._cudapmr import (
     device_attribute,
     device_count,
     device_name,
+    host_numa_nodes,
+    nearest_numa_node,
+    numa_node_of,
     stream_handle,
     synchronize_device,
 )

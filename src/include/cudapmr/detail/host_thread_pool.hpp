@@ -56,6 +56,9 @@ struct byte_range {
 /// spin briefly before sleeping, since a pipelined caller submits its next job
 /// within microseconds. Destruction stops and joins the workers.
 ///
+/// A pool on a NUMA node runs every part on its workers, which keep to the
+/// node's processors: the submitter (which may run anywhere) only waits.
+///
 /// Fork-safe: a child forked while pools exist gets them with no workers (the
 /// workers were the parent's threads), so its jobs run on the calling thread,
 /// and its exit joins nothing that is not there. A job's parts must not fork.
@@ -63,12 +66,19 @@ class host_thread_pool final {
  public:
   /// \param threads the threads a job may use, the caller included: `threads - 1` workers.
   explicit host_thread_pool(std::size_t threads);
+  /// \param threads the workers, each bound to the processors of `numa_node`
+  /// (any processor for `any_numa_node`, the caller then helping as above).
+  host_thread_pool(std::size_t threads, int numa_node);
   ~host_thread_pool();
   host_thread_pool(const host_thread_pool&) = delete;
   host_thread_pool& operator=(const host_thread_pool&) = delete;
 
-  /// The threads a job may use, the caller included.
-  [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + 1; }
+  /// The threads a job may use, the caller included where it helps.
+  [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + (caller_helps() ? 1 : 0); }
+  /// The node whose processors the workers run on, or `any_numa_node`.
+  [[nodiscard]] int numa_node() const noexcept { return numa_node_; }
+  /// Workers the system let keep to the node (all of them, where it did).
+  [[nodiscard]] std::size_t bound_workers() const noexcept { return bound_workers_.load(std::memory_order_relaxed); }
 
   /// Calls `body(i)` once for each i in [0, parts), on the workers and on the
   /// calling thread, and returns when all calls have returned.
@@ -84,6 +94,8 @@ class host_thread_pool final {
     std::exception_ptr error;              // guarded by mutex_
   };
 
+  [[nodiscard]] bool caller_helps() const noexcept { return numa_node_ < 0; }
+  void start_workers(std::size_t workers);
   void work();
   /// Forgets the parent's workers and jobs in a forked child; `mutex_` was
   /// locked by the forking thread (before_fork) and is released.
@@ -104,6 +116,9 @@ class host_thread_pool final {
   std::deque<job*> jobs_;              // jobs with unclaimed parts
   std::atomic<bool> has_work_{false};  // !jobs_.empty(), read without the lock by spinning workers
   bool stopping_ = false;
+  int numa_node_ = -1;  // any_numa_node (host_topology.hpp)
+  std::atomic<std::size_t> bound_workers_{0};
+  std::atomic<std::size_t> started_workers_{0};  // a pool on a node is ready once all are bound
   std::vector<std::thread> workers_;
 };
 
@@ -111,6 +126,10 @@ class host_thread_pool final {
 /// `host_copy_threads(std::thread::hardware_concurrency())` threads, never
 /// destroyed (usable during exit); its idle workers end with the process.
 host_thread_pool& host_copy_pool();
+/// As above, with `host_copy_threads` of the node's processors as workers, on
+/// `numa_node` (`any_numa_node`: the pool above). One per node.
+/// \throws std::invalid_argument for a node the machine does not have.
+host_thread_pool& host_copy_pool(int numa_node);
 
 /// `std::memcpy` of `bytes`, split into `host_copy_parts` pieces over `pool`.
 void parallel_memcpy(void* destination, const void* source, std::size_t bytes, host_thread_pool& pool);

@@ -7,6 +7,11 @@
 #include "cudapmr/stream.hpp"
 
 #include <cstddef>
+#include <optional>
+
+namespace cudapmr {
+class pinned_memory_resource;
+}
 
 namespace cudapmr::detail {
 
@@ -29,6 +34,16 @@ inline constexpr std::size_t min_staging_chunk = std::size_t{1} << 20;
 /// copy granule and kept between `min_staging_chunk` and `staging_block_bytes`.
 [[nodiscard]] std::size_t staging_chunk_bytes(std::size_t bytes) noexcept;
 
+/// The NUMA node whose memory and processors stage copies for `device`: the
+/// one nearest it (`nearest_numa_node`), or `any_numa_node` where none is known.
+/// \throws std::invalid_argument for a bad ordinal; cuda_error.
+[[nodiscard]] int staging_numa_node(int device);
+
+/// The pinned pool the staging blocks on `numa_node` come from (where the
+/// driver refused that node, its `placement_note()` says so).
+/// \throws std::invalid_argument for a node the machine lacks; cuda_error.
+[[nodiscard]] const pinned_memory_resource& staging_pool(int numa_node);
+
 /// Which way a staged copy goes.
 enum class copy_direction { to_device, to_host };
 
@@ -44,14 +59,18 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
 /// staging, in order on `stream`. Returns once the source has been read (the
 /// last chunks' DMA may still run): more than stream order promises, the
 /// source may be reused at once. A copy larger than the staging waits for its
-/// own earlier chunks, and so for work queued on `stream` before it.
+/// own earlier chunks, and so for work queued on `stream` before it. The
+/// staging blocks and the threads that fill them are on `numa_node`, by
+/// default `staging_numa_node` of the stream's device (the bench compares nodes).
 /// \throws cuda_error.
-void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream);
+void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
+                           std::optional<int> numa_node = std::nullopt);
 
 /// Copies device-accessible memory to pageable host memory through pinned
 /// staging, in order on `stream`. Returns once the data is in the destination,
 /// so it waits for earlier work on `stream`, as the driver's pageable path
-/// does. \throws cuda_error.
-void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream);
+/// does. Staging on `numa_node`, as above. \throws cuda_error.
+void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
+                         std::optional<int> numa_node = std::nullopt);
 
 }  // namespace cudapmr::detail

@@ -86,7 +86,11 @@ host_thread_pool::host_thread_pool(std::size_t threads) { start_workers(threads 
 
 host_thread_pool::host_thread_pool(std::size_t threads, int numa_node) : numa_node_(numa_node) {
   detail::validate_numa_node(numa_node, "host_thread_pool");
-  start_workers(caller_helps() ? (threads > 1 ? threads - 1 : 0) : std::max<std::size_t>(threads, 1));
+  start_workers(threads > 1 ? threads - 1 : 0);
+}
+
+bool host_thread_pool::caller_helps() const noexcept {
+  return numa_node_ == any_numa_node || this_thread_is_on_numa_node(numa_node_);
 }
 
 void host_thread_pool::start_workers(std::size_t workers) {
@@ -99,7 +103,7 @@ void host_thread_pool::start_workers(std::size_t workers) {
   try {
     workers_.reserve(workers);
     for (std::size_t i = 0; i < workers; ++i) workers_.emplace_back([this] {
-      if (!caller_helps() && bind_this_thread_to_numa_node(numa_node_))
+      if (numa_node_ != any_numa_node && bind_this_thread_to_numa_node(numa_node_))
         bound_workers_.fetch_add(1, std::memory_order_relaxed);
       started_workers_.fetch_add(1, std::memory_order_release);
       started_workers_.notify_all();
@@ -207,7 +211,8 @@ void host_thread_pool::work() {
 
 void host_thread_pool::run(std::size_t parts, const std::function<void(std::size_t)>& body) {
   if (parts == 0) return;
-  if (workers_.empty() || (parts == 1 && caller_helps())) {
+  const bool helping = workers_.empty() || caller_helps();
+  if (workers_.empty() || (parts == 1 && helping)) {
     std::exception_ptr error;
     for (std::size_t part = 0; part < parts; ++part)
       if (std::exception_ptr thrown = call(body, part); thrown && !error) error = thrown;
@@ -222,9 +227,9 @@ void host_thread_pool::run(std::size_t parts, const std::function<void(std::size
   has_work_.store(true, std::memory_order_relaxed);
   lock.unlock();
   // Wake only as many sleepers as there are parts for (spinning ones need none).
-  const std::size_t for_workers = caller_helps() ? parts - 1 : parts;
+  const std::size_t for_workers = helping ? parts - 1 : parts;
   for (std::size_t i = 0, wanted = std::min(for_workers, workers_.size()); i < wanted; ++i) wake_.notify_one();
-  if (caller_helps()) {
+  if (helping) {
     lock.lock();
     while (task.next < task.parts) execute(task, claim(task), lock);
     lock.unlock();

@@ -74,6 +74,19 @@ class topology final {
     return weight > 0 ? static_cast<std::size_t>(weight) : 0;
   }
 
+  bool thread_is_on(int node_number) const noexcept {
+    const hwloc_obj_t found = node(node_number);
+    hwloc_bitmap_s* where = hwloc_bitmap_alloc();
+    if (found == nullptr || where == nullptr) {
+      hwloc_bitmap_free(where);
+      return false;
+    }
+    const bool on = hwloc_get_cpubind(topology_, where, HWLOC_CPUBIND_THREAD) == 0 &&
+                    hwloc_bitmap_isincluded(where, found->cpuset) != 0;
+    hwloc_bitmap_free(where);
+    return on;
+  }
+
   bool bind_this_thread(int node_number) const noexcept {
     const hwloc_obj_t found = node(node_number);
     if (found == nullptr || hwloc_bitmap_iszero(found->cpuset)) return false;
@@ -138,6 +151,14 @@ std::size_t numa_node_processors(int node) {
 bool bind_this_thread_to_numa_node(int node) noexcept {
   try {
     return node != any_numa_node && the_topology().bind_this_thread(node);
+  } catch (...) {  // the topology could not be loaded
+    return false;
+  }
+}
+
+bool this_thread_is_on_numa_node(int node) noexcept {
+  try {
+    return node != any_numa_node && the_topology().thread_is_on(node);
   } catch (...) {  // the topology could not be loaded
     return false;
   }

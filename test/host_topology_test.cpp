@@ -5,6 +5,7 @@
 #include "support/resource_cases.hpp"
 
 #include <cudapmr/detail/host_thread_pool.hpp>
+#include <cudapmr/detail/host_topology.hpp>
 #include <cudapmr/detail/staged_copy.hpp>
 #include <cudapmr/host_topology.hpp>
 #include <cudapmr/memory_snapshot.hpp>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -120,38 +122,91 @@ TEST(PinnedNuma, AnUnknownNodeIsRefusedBeforeCuda) {
   }
 }
 
-TEST(HostThreadPoolOnANode, WorkersRunOnlyOnTheNodesProcessorsAndTheCallerOnlyWaits) {
+/// What ran a pool's job: the processors its workers used, and whether the submitter ran a part.
+struct job_record {
+  std::set<int> worker_processors;
+  std::size_t worker_threads = 0;
+  bool submitter_ran = false;
+};
+
+/// Runs a job whose first parts wait (up to 20 s) until two threads have
+/// joined in, so that a worker takes part even where the submitter is fast.
+job_record run_recorded(host_thread_pool& pool, std::size_t parts) {
+  std::mutex mutex;
+  job_record record;
+  std::set<std::thread::id> workers;
+  std::set<std::thread::id> joined;
+  const std::thread::id submitter = std::this_thread::get_id();
+  pool.run(parts, [&](std::size_t) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (;;) {
+      const std::lock_guard lock(mutex);
+      joined.insert(std::this_thread::get_id());
+      if (joined.size() >= 2 || std::chrono::steady_clock::now() > deadline) break;
+    }
+    const int processor = ::sched_getcpu();
+    const std::lock_guard lock(mutex);
+    if (std::this_thread::get_id() == submitter) {
+      record.submitter_ran = true;
+    } else {
+      record.worker_processors.insert(processor);
+      workers.insert(std::this_thread::get_id());
+    }
+  });
+  record.worker_threads = workers.size();
+  return record;
+}
+
+/// Whether the kernel counts `processor` on `node`, where sysfs tells.
+std::optional<bool> processor_on_node(int processor, int node) {
+  if (!std::filesystem::exists("/sys/devices/system/node")) return std::nullopt;
+  return std::filesystem::exists("/sys/devices/system/node/node" + std::to_string(node) + "/cpu" +
+                                 std::to_string(processor));
+}
+
+TEST(HostThreadPoolOnANode, WorkersRunOnlyOnTheNodesProcessors) {
   note_single_node();
   for (const int node : host_numa_nodes()) {
     host_thread_pool pool(4, node);
     EXPECT_EQ(pool.numa_node(), node);
-    EXPECT_EQ(pool.concurrency(), 4u) << "four workers; the caller does not count";
-    std::mutex mutex;
-    std::set<int> processors;
-    std::set<std::thread::id> threads;
-    pool.run(64, [&](std::size_t) {
-      const int processor = ::sched_getcpu();
-      const std::lock_guard lock(mutex);
-      processors.insert(processor);
-      threads.insert(std::this_thread::get_id());
-    });
-    EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u) << "the submitting thread ran a part";
-    EXPECT_EQ(pool.bound_workers(), 4u) << "the system refused to bind a worker to node " << node;
-    // The kernel's own map of processors to nodes, where sysfs is mounted.
-    if (!std::filesystem::exists("/sys/devices/system/node")) continue;
-    for (const int processor : processors) {
-      const std::string path =
-          "/sys/devices/system/node/node" + std::to_string(node) + "/cpu" + std::to_string(processor);
-      EXPECT_TRUE(std::filesystem::exists(path)) << "processor " << processor << " is not on node " << node;
+    EXPECT_EQ(pool.concurrency(), 4u) << "three workers and the caller";
+    const job_record record = run_recorded(pool, 64);
+    EXPECT_EQ(pool.bound_workers(), 3u) << "the system refused to bind a worker to node " << node;
+    EXPECT_GE(record.worker_threads, 1u);
+    for (const int processor : record.worker_processors) {
+      EXPECT_NE(processor_on_node(processor, node), std::optional<bool>(false))
+          << "a worker ran on processor " << processor << ", not on node " << node;
     }
+    // A submitter that runs on the node helps; one that may run elsewhere only waits.
+    EXPECT_EQ(record.submitter_ran, detail::this_thread_is_on_numa_node(node)) << "node " << node;
   }
 }
 
-TEST(HostThreadPoolOnANode, OnePartStillRunsOnAWorker) {
+TEST(HostThreadPoolOnANode, ASubmitterOnAnotherNodeOnlyWaits) {
+  const std::vector<int> nodes = host_numa_nodes();
+  if (nodes.size() < 2) GTEST_SKIP() << "this machine has one NUMA node: no submitter runs elsewhere";
+  host_thread_pool pool(4, nodes.front());
+  job_record record;
+  std::thread submitter([&] {
+    ASSERT_TRUE(detail::bind_this_thread_to_numa_node(nodes.back()));
+    record = run_recorded(pool, 64);
+  });
+  submitter.join();
+  EXPECT_FALSE(record.submitter_ran) << "a submitter on node " << nodes.back() << " copied for node "
+                                     << nodes.front();
+  for (const int processor : record.worker_processors)
+    EXPECT_NE(processor_on_node(processor, nodes.front()), std::optional<bool>(false)) << processor;
+}
+
+TEST(HostThreadPoolOnANode, ASubmitterThatMayRunAnywhereDoesNotHelpOnAMultiNodeMachine) {
+  // Where the machine has one node every thread is on it, and helps (as the test above checks).
+  if (host_numa_nodes().size() < 2) GTEST_SKIP() << "this machine has one NUMA node";
   host_thread_pool pool(2, host_numa_nodes().front());
   std::thread::id ran;
-  pool.run(1, [&ran](std::size_t) { ran = std::this_thread::get_id(); });
-  EXPECT_NE(ran, std::this_thread::get_id());
+  std::thread unbound([&] { pool.run(1, [&ran](std::size_t) { ran = std::this_thread::get_id(); }); });
+  const std::thread::id submitter = unbound.get_id();
+  unbound.join();
+  EXPECT_NE(ran, submitter);
 }
 
 TEST(HostThreadPoolOnANode, TheLibrarysCopyPoolOfANodeIsOnIt) {

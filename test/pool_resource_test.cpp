@@ -219,7 +219,14 @@ TEST_F(PoolResource, ManagedPreferredDeviceIsItsDeviceId) {
 
 TEST_F(PoolResource, DescriptionNamesClassDeviceAndPool) {
   EXPECT_EQ(device_memory_resource(0).description(), "device_memory_resource (device 0, default pool)");
-  EXPECT_EQ(pinned_memory_resource(pinned_pool_options{}).description(), "pinned_memory_resource (owned pool)");
+  EXPECT_EQ(pinned_memory_resource(pinned_pool_options{.numa_node = any_numa_node}).description(),
+            "pinned_memory_resource (owned pool)");
+  // A pool on a node names it.
+  const pinned_memory_resource near(pinned_pool_options{});
+  if (near.numa_node()) {
+    EXPECT_EQ(near.description(),
+              "pinned_memory_resource (NUMA node " + std::to_string(*near.numa_node()) + ", owned pool)");
+  }
 }
 
 }  // namespace

@@ -372,3 +372,26 @@ def test_random_programs_on_ten_threads_keep_contents_and_statistics(stack, cons
         check_programs(counted, make_consumer(module), thread_programs)
 
     check()
+
+
+def test_pinned_pools_are_on_the_numa_node_asked_for_and_by_default_near_the_device(stream):
+    nearest = cudapmr.nearest_numa_node(0)
+    default = cudapmr.PinnedMemoryResource()
+    if default.placement_note:
+        assert default.numa_node is None  # the driver refused: the fallback says so
+    else:
+        assert default.numa_node == nearest
+    assert default.state()["numa_node"] == default.numa_node and default.state()["note"] == default.placement_note
+    for node in cudapmr.host_numa_nodes():
+        pinned = cudapmr.PinnedMemoryResource(cudapmr.PinnedMemoryResourceOptions(numa_node=node))
+        if pinned.placement_note:
+            continue
+        assert pinned.numa_node == node and f"NUMA node {node}" in pinned.description
+        with pinned.allocate(1 << 20, stream=stream) as block:
+            stream.synchronize()
+            block.fill(0x5A, 1, stream=stream)
+            stream.synchronize()
+            located = cudapmr.numa_node_of(block.handle)
+            assert located in (None, node)  # None only where the kernel does not answer
+    anywhere = cudapmr.PinnedMemoryResource(cudapmr.PinnedMemoryResourceOptions(numa_node=cudapmr.ANY_NUMA_NODE))
+    assert anywhere.numa_node is None and anywhere.placement_note == ""

@@ -2,6 +2,7 @@
 """What runs anywhere: the host resource, adaptors over it, buffers, DLPack
 into NumPy, stream arguments and argument checks."""
 
+import ctypes
 import gc
 
 import pytest
@@ -442,3 +443,23 @@ def test_without_a_gpu_cuda_resources_say_so():
                  cudapmr.current_device, cudapmr.default_pinned_resource, cudapmr.default_managed_resource):
         with pytest.raises(cudapmr.CudaError, match="no CUDA device was found"):
             make()
+
+
+def test_host_numa_topology_is_listed_and_pages_are_located():
+    nodes = cudapmr.host_numa_nodes()
+    assert nodes and nodes == sorted(nodes) and all(node >= 0 for node in nodes)
+    assert cudapmr.ANY_NUMA_NODE == -1
+    written = bytearray(b"\x01" * (1 << 16))
+    address = ctypes.addressof((ctypes.c_char * len(written)).from_buffer(written)) + 8192
+    node = cudapmr.numa_node_of(address)
+    if node is None:
+        pytest.skip("the kernel does not report where pages are here (move_pages refused)")
+    assert node in nodes
+
+
+def test_pinned_options_refuse_a_numa_node_the_machine_lacks_before_any_cuda_call():
+    options = cudapmr.PinnedMemoryResourceOptions(numa_node=9999)
+    assert options.numa_node == 9999
+    assert cudapmr.PinnedMemoryResourceOptions().numa_node is None
+    with pytest.raises(ValueError, match="NUMA node 9999 does not exist"):
+        cudapmr.PinnedMemoryResource(options)

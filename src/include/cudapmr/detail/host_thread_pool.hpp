@@ -56,8 +56,8 @@ struct byte_range {
 /// spin briefly before sleeping, since a pipelined caller submits its next job
 /// within microseconds. Destruction stops and joins the workers.
 ///
-/// A pool on a NUMA node runs every part on its workers, which keep to the
-/// node's processors: the submitter (which may run anywhere) only waits.
+/// A pool on a NUMA node has workers that keep to the node's processors; a
+/// submitter helps only where it runs on that node too, and otherwise waits.
 ///
 /// Fork-safe: a child forked while pools exist gets them with no workers (the
 /// workers were the parent's threads), so its jobs run on the calling thread,
@@ -66,15 +66,15 @@ class host_thread_pool final {
  public:
   /// \param threads the threads a job may use, the caller included: `threads - 1` workers.
   explicit host_thread_pool(std::size_t threads);
-  /// \param threads the workers, each bound to the processors of `numa_node`
-  /// (any processor for `any_numa_node`, the caller then helping as above).
+  /// As above, the workers bound to the processors of `numa_node` (any
+  /// processor for `any_numa_node`). \throws std::invalid_argument for a node the machine lacks.
   host_thread_pool(std::size_t threads, int numa_node);
   ~host_thread_pool();
   host_thread_pool(const host_thread_pool&) = delete;
   host_thread_pool& operator=(const host_thread_pool&) = delete;
 
-  /// The threads a job may use, the caller included where it helps.
-  [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + (caller_helps() ? 1 : 0); }
+  /// The threads a job may use, the caller included.
+  [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + 1; }
   /// The node whose processors the workers run on, or `any_numa_node`.
   [[nodiscard]] int numa_node() const noexcept { return numa_node_; }
   /// Workers the system let keep to the node (all of them, where it did).
@@ -94,7 +94,11 @@ class host_thread_pool final {
     std::exception_ptr error;              // guarded by mutex_
   };
 
-  [[nodiscard]] bool caller_helps() const noexcept { return numa_node_ < 0; }
+  /// Whether the calling thread runs parts of its job: not where the pool is
+  /// on a node and the caller may run elsewhere (a caller spinning on the
+  /// node's processors would take them from the workers, one elsewhere would
+  /// copy through the far socket).
+  [[nodiscard]] bool caller_helps() const noexcept;
   void start_workers(std::size_t workers);
   void work();
   /// Forgets the parent's workers and jobs in a forked child; `mutex_` was

@@ -19,4 +19,8 @@ void validate_numa_node(int node, const char* what);
 /// the thread then runs where it did before.
 bool bind_this_thread_to_numa_node(int node) noexcept;
 
+/// True where the calling thread may run only on processors of `node` (every
+/// thread, on a machine with one node); false where unknown.
+[[nodiscard]] bool this_thread_is_on_numa_node(int node) noexcept;
+
 }  // namespace cudapmr::detail

@@ -47,6 +47,18 @@ int device_attribute(int ordinal, CUdevice_attribute attribute, const char* name
   return value;
 }
 
+/// The most physical allocations one range is made of: each is a map and an
+/// unmap of its own (microseconds), and a range taken over again keeps its
+/// pieces; a working set growing by 10 % from 1 MiB to 1 GiB makes about 75.
+constexpr std::size_t max_pieces = 128;
+
+/// A stream's process-wide unique number (never reused, unlike its handle); empty where CUDA cannot tell.
+std::optional<unsigned long long> stream_id(stream_ref stream) noexcept {
+  unsigned long long id = 0;
+  if (!detail::recover_from(cudaStreamGetId(stream.get(), &id))) return std::nullopt;
+  return id;
+}
+
 /// A cuMemCreate failure that may be the handle type's rather than the size's: anything but running out of
 /// memory (a retry without the handle type tells).
 bool is_handle_type_refusal(CUresult status) noexcept {
@@ -55,18 +67,29 @@ bool is_handle_type_refusal(CUresult status) noexcept {
 
 }  // namespace
 
-/// A physical allocation mapped at `address`, out of every list: being unmapped.
+/// One physical allocation mapped at `offset` into a range. Its handle is the
+/// creation reference, released at unmap; 0 once a later allocation on the
+/// same stream took the physical memory over (the range then only unmaps it).
+struct virtual_memory_resource::piece {
+  CUmemGenericAllocationHandle handle = 0;
+  std::size_t offset = 0;
+  std::size_t bytes = 0;
+};
+
+/// A range out of every list, its pieces still mapped: being unmapped once its event has completed.
 struct virtual_memory_resource::freed_range {
   std::uintptr_t address = 0;
-  CUmemGenericAllocationHandle handle = 0;
   std::size_t bytes = 0;
+  std::vector<piece> pieces;
   detail::ordering_event event = nullptr;  // null: freed on a captured stream, held until release()
+  std::optional<unsigned long long> stream_id;  // the freeing stream's, where the event orders it
 };
 
 struct virtual_memory_resource::book {
-  /// One mapped physical allocation handed out.
+  /// One range handed out: a physical allocation of its own, or (taken over
+  /// from frees on its stream) several, mapped one after another.
   struct mapping {
-    CUmemGenericAllocationHandle handle = 0;  // the creation reference, released at unmap
+    std::vector<piece> pieces;
     std::size_t bytes = 0;
     bool exportable = false;
     bool of_graph = false;  // allocated during a capture: the graph may use it at every launch
@@ -136,7 +159,7 @@ virtual_memory_resource::~virtual_memory_resource() {
     // Live allocations too: the reservation can only be freed wholly unmapped.
     rest.reserve(book_->live.size());
     for (const auto& [address, held] : book_->live) {
-      rest.push_back({address, held.handle, held.bytes, nullptr});
+      rest.push_back({address, held.bytes, held.pieces, nullptr, std::nullopt});
       allocated_.fetch_sub(held.bytes, std::memory_order_relaxed);
       pending_.fetch_add(held.bytes, std::memory_order_relaxed);
     }
@@ -165,10 +188,53 @@ void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t 
                         fmt::format("{} bytes (rounded to the granularity) exceed the reserved address range of {} bytes",
                                     rounded, reserved_bytes_));
   unmap_pending(false);
-  return map_new(rounded, std::max(alignment, granularity_), bytes, detail::cuda_stream_ordering().is_capturing(stream));
+  const bool of_graph = detail::cuda_stream_ordering().is_capturing(stream);
+  // Physical memory freed earlier on this stream, its work still queued, may
+  // serve again in the stream's order: a growing working set then holds one
+  // copy of its pages, not the old ones too until their work is done.
+  std::vector<piece> reused;
+  if (!of_graph && !is_exportable()) reused = take_over_pending(stream, rounded);
+  return map_new(rounded, std::max(alignment, granularity_), bytes, of_graph, std::move(reused));
 }
 
-void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph) {
+std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_pending(stream_ref stream,
+                                                                                       std::size_t bytes) noexcept {
+  std::vector<piece> taken;
+  try {
+    const std::lock_guard lock(mutex_);
+    if (book_->pending.empty()) return taken;
+    const std::optional<unsigned long long> id = stream_id(stream);
+    if (!id) return taken;
+    // Largest first, whole ranges, while they fit in the request.
+    std::vector<freed_range*> candidates;
+    for (freed_range& freed : book_->pending) {
+      const bool owns_all = std::all_of(freed.pieces.begin(), freed.pieces.end(),
+                                        [](const piece& each) { return each.handle != 0; });
+      if (freed.event != nullptr && freed.stream_id == id && owns_all && !freed.pieces.empty()) candidates.push_back(&freed);
+    }
+    std::sort(candidates.begin(), candidates.end(),
+              [](const freed_range* a, const freed_range* b) { return a->bytes > b->bytes; });
+    std::size_t sum = 0;
+    std::size_t taken_bytes = 0;
+    for (freed_range* freed : candidates) {
+      if (sum + freed->bytes > bytes || taken.size() + freed->pieces.size() > max_pieces) continue;
+      taken.reserve(taken.size() + freed->pieces.size());
+      for (piece& each : freed->pieces) {
+        taken.push_back(each);
+        each.handle = 0;  // the range now only unmaps it
+      }
+      sum += freed->bytes;
+      taken_bytes += freed->bytes;
+    }
+    pending_.fetch_sub(taken_bytes, std::memory_order_relaxed);
+    mapped_.fetch_sub(taken_bytes, std::memory_order_relaxed);  // counted again once mapped in the new range
+  } catch (...) {  // no memory for the lists: what was taken so far is used, the rest stays pending
+  }
+  return taken;
+}
+
+void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph,
+                                       std::vector<piece> reused) {
   const detail::scoped_device on_device(device_id());
   const auto& calls = driver();
   const auto refused = [&](CUresult status, const char* call) {
@@ -176,16 +242,30 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
                          fmt::format("{} of {} bytes: {}", call, bytes, detail::driver_error_name(status)));
   };
 
+  // Taken-over pieces come first; what they lack is created. Until the range
+  // is live, a failure releases them all (taken-over memory then goes back
+  // once its old range is unmapped).
+  std::size_t offset = 0;
+  for (piece& each : reused) {
+    each.offset = offset;
+    offset += each.bytes;
+  }
+  const auto release_pieces = [&] {
+    for (const piece& each : reused)
+      detail::assert_driver_success(calls.release(each.handle), "cuMemRelease", __FILE__, __LINE__);
+  };
+  const std::size_t missing = bytes - offset;
+
   // The physical memory first: where the device is full, pending frees are
   // unmapped (their events waited for) and the creation tried once more.
   CUmemGenericAllocationHandle handle = 0;
-  bool exportable = is_exportable();
+  bool exportable = is_exportable() && reused.empty();
   const auto create = [&] {
     CUmemAllocationProp properties = allocation_properties(device_id(), exportable, rdma_);
-    CUresult status = calls.create(&handle, bytes, &properties, 0);
+    CUresult status = calls.create(&handle, missing, &properties, 0);
     if (exportable && is_handle_type_refusal(status)) {
       properties.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-      status = calls.create(&handle, bytes, &properties, 0);
+      status = calls.create(&handle, missing, &properties, 0);
       if (status == CUDA_SUCCESS) {  // the handle type was what the driver refused: made without from now on
         exportable = false;
         exportable_.store(false, std::memory_order_relaxed);
@@ -193,15 +273,32 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     }
     return status;
   };
-  CUresult status = create();
-  if (status == CUDA_ERROR_OUT_OF_MEMORY) {
-    unmap_pending(true);
-    status = create();
+  if (missing != 0) {
+    CUresult status = CUDA_SUCCESS;
+    try {
+      status = create();
+      if (status == CUDA_ERROR_OUT_OF_MEMORY) {
+        unmap_pending(true);
+        status = create();
+      }
+    } catch (...) {
+      release_pieces();
+      throw;
+    }
+    if (status != CUDA_SUCCESS) release_pieces();
+    if (status == CUDA_ERROR_OUT_OF_MEMORY) throw refused(status, "cuMemCreate");
+    detail::check_driver(status, [&] {
+      return fmt::format("cuMemCreate of {} bytes on device {} for {}", missing, device_id(), description());
+    });
+    try {
+      reused.push_back({handle, offset, missing});
+    } catch (...) {
+      detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+      release_pieces();
+      throw;
+    }
   }
-  if (status == CUDA_ERROR_OUT_OF_MEMORY) throw refused(status, "cuMemCreate");
-  detail::check_driver(status, [&] {
-    return fmt::format("cuMemCreate of {} bytes on device {} for {}", bytes, device_id(), description());
-  });
+  std::vector<piece>& pieces = reused;  // every piece of the range now
 
   std::uintptr_t address = 0;
   try {
@@ -217,40 +314,43 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     }
     address = *taken;
   } catch (...) {
-    detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+    release_pieces();
     throw;
   }
 
-  const auto give_back = [&] {
-    detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
+  // Each piece mapped and made accessible in turn; a failure unmaps those before it.
+  std::size_t mapped_pieces = 0;
+  const auto undo = [&] {
+    for (std::size_t index = 0; index < mapped_pieces; ++index)
+      detail::assert_driver_success(calls.unmap(static_cast<CUdeviceptr>(address + pieces[index].offset),
+                                                pieces[index].bytes),
+                                    "cuMemUnmap", __FILE__, __LINE__);
+    release_pieces();
     const std::lock_guard lock(mutex_);
     book_->ranges.give_back(address, bytes);
   };
-  const auto pointer = static_cast<CUdeviceptr>(address);
-  if (const CUresult mapped = calls.map(pointer, bytes, 0, handle, 0); mapped != CUDA_SUCCESS) {
-    give_back();
-    if (mapped == CUDA_ERROR_OUT_OF_MEMORY) throw refused(mapped, "cuMemMap");
-    detail::throw_driver_error(mapped, fmt::format("cuMemMap of {} bytes at {:#x} for {}", bytes, address, description()));
-  }
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = device_id();
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CUresult granted = calls.set_access(pointer, bytes, &access, 1);
-  try {
-    if (granted == CUDA_SUCCESS) {
-      const std::lock_guard lock(mutex_);
-      book_->live.emplace(address, book::mapping{handle, bytes, exportable, of_graph});
-    }
-  } catch (...) {
-    granted = CUDA_ERROR_OUT_OF_MEMORY;  // no memory to remember the mapping: undo it
-  }
-  if (granted != CUDA_SUCCESS) {
-    detail::assert_driver_success(calls.unmap(pointer, bytes), "cuMemUnmap", __FILE__, __LINE__);
-    give_back();
-    if (granted == CUDA_ERROR_OUT_OF_MEMORY) throw refused(granted, "cuMemSetAccess");
+  for (const piece& each : pieces) {
+    const auto pointer = static_cast<CUdeviceptr>(address + each.offset);
+    const CUresult mapped = calls.map(pointer, each.bytes, 0, each.handle, 0);
+    if (mapped == CUDA_SUCCESS) ++mapped_pieces;
+    const CUresult granted = mapped == CUDA_SUCCESS ? calls.set_access(pointer, each.bytes, &access, 1) : mapped;
+    if (granted == CUDA_SUCCESS) continue;
+    undo();
+    const char* call = mapped != CUDA_SUCCESS ? "cuMemMap" : "cuMemSetAccess";
+    if (granted == CUDA_ERROR_OUT_OF_MEMORY) throw refused(granted, call);
     detail::throw_driver_error(granted,
-                               fmt::format("cuMemSetAccess of {} bytes at {:#x} for {}", bytes, address, description()));
+                               fmt::format("{} of {} bytes at {:#x} for {}", call, each.bytes, address, description()));
+  }
+  try {
+    const std::lock_guard lock(mutex_);
+    book_->live.emplace(address, book::mapping{pieces, bytes, exportable, of_graph});
+  } catch (...) {  // no memory to remember the mapping: undo it
+    undo();
+    throw refused(CUDA_ERROR_OUT_OF_MEMORY, "the list of mappings");
   }
 
   mappings_.fetch_add(1, std::memory_order_relaxed);
@@ -272,7 +372,7 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     if (found == book_->live.end()) return;  // not ours, or freed twice: ignored
     // Reserve first, so that the range is never out of both lists.
     book_->pending.reserve(book_->pending.size() + 1);
-    const book::mapping freed = found->second;
+    book::mapping freed = std::move(found->second);
     book_->live.erase(found);
     // Captured (or unknown): no event can order the unmap after a replay, so
     // the range waits for release(). Otherwise an event recorded now completes
@@ -281,7 +381,8 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // wherever it is freed, so the range waits for release() too.
     const detail::ordering_event event =
         freed.of_graph || ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
-    book_->pending.push_back({address, freed.handle, freed.bytes, event});
+    book_->pending.push_back({address, freed.bytes, freed.pieces, event,
+                              event != nullptr ? stream_id(stream) : std::nullopt});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
     if (event == nullptr) return;
@@ -335,16 +436,22 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
   if (freed.empty()) return;
   const auto& calls = driver();
   detail::stream_ordering& ordering = detail::cuda_stream_ordering();
+  std::size_t physical_bytes = 0;  // what goes back to the device: pieces not taken over
   for (freed_range& range : freed) {
     if (range.event != nullptr) ordering.recycle(range.event);
     range.event = nullptr;
-    const CUresult status = calls.unmap(static_cast<CUdeviceptr>(range.address), range.bytes);
-    detail::assert_driver_success(status, "cuMemUnmap", __FILE__, __LINE__);
-    // The creation reference: with no mapping left, the memory goes back to the device.
-    detail::assert_driver_success(calls.release(range.handle), "cuMemRelease", __FILE__, __LINE__);
-    if (status != CUDA_SUCCESS) range.bytes = 0;  // still mapped, and still counted: its addresses stay taken
+    bool unmapped = true;
+    for (const piece& each : range.pieces) {
+      const CUresult status = calls.unmap(static_cast<CUdeviceptr>(range.address + each.offset), each.bytes);
+      detail::assert_driver_success(status, "cuMemUnmap", __FILE__, __LINE__);
+      unmapped = unmapped && status == CUDA_SUCCESS;
+      if (each.handle == 0) continue;  // taken over: mapped elsewhere, and counted there
+      // The creation reference: with no mapping left, the memory goes back to the device.
+      detail::assert_driver_success(calls.release(each.handle), "cuMemRelease", __FILE__, __LINE__);
+      physical_bytes += each.bytes;
+    }
+    if (!unmapped) range.bytes = 0;  // still mapped: its addresses stay taken
   }
-  std::size_t unmapped_bytes = 0;
   std::size_t unmapped_count = 0;
   const std::lock_guard lock(mutex_);
   for (const freed_range& range : freed) {
@@ -353,11 +460,10 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
       book_->ranges.give_back(range.address, range.bytes);
     } catch (...) {  // no memory for one more free range: those addresses stay unused
     }
-    unmapped_bytes += range.bytes;
     ++unmapped_count;
   }
-  pending_.fetch_sub(unmapped_bytes, std::memory_order_relaxed);
-  mapped_.fetch_sub(unmapped_bytes, std::memory_order_relaxed);
+  pending_.fetch_sub(physical_bytes, std::memory_order_relaxed);
+  mapped_.fetch_sub(physical_bytes, std::memory_order_relaxed);
   mappings_.fetch_sub(unmapped_count, std::memory_order_relaxed);
   freed.clear();
 }

@@ -83,6 +83,64 @@ TEST_F(VirtualMemoryResource, AFreedRangeStaysMappedWhileWorkQueuedBeforeItsFree
   resource.deallocate_async(other, mebibyte, stream_ref{});
 }
 
+TEST_F(VirtualMemoryResource, AGrowingBlockOnOneStreamTakesOverItsPendingPagesInStreamOrder) {
+  virtual_memory_resource resource(0, virtual_memory_options{.exportable = false});
+  const cudapmr::stream stream(0);
+  constexpr std::size_t small = 64 * mebibyte;
+  constexpr std::size_t large = 96 * mebibyte;
+  auto* old_words = static_cast<std::uint32_t*>(resource.allocate_async(small, stream));
+  stream_gate gate(stream);
+  write_sequence(old_words, small / sizeof(std::uint32_t), 5, stream);  // queued behind the gate
+  resource.deallocate_async(old_words, small, stream);
+  auto* new_words = static_cast<std::uint32_t*>(resource.allocate_async(large, stream));
+  if (gate.holding()) {
+    // The old pages serve again at a new address: one copy of them, the old range only unmapping later.
+    EXPECT_NE(new_words, old_words);
+    EXPECT_EQ(resource.mapped_bytes(), large) << "the growing block holds its old pages twice";
+    EXPECT_EQ(resource.pending_bytes(), 0u);
+    EXPECT_EQ(resource.mappings(), 2u);
+  }
+  // In stream order: the old write lands first, then this one over the same pages.
+  write_sequence(new_words, large / sizeof(std::uint32_t), 9, stream);
+  gate.open();
+  EXPECT_EQ(count_sequence_mismatches(new_words, large / sizeof(std::uint32_t), 9, stream), 0u);
+  resource.release_completed();
+  EXPECT_EQ(resource.mappings(), 1u);
+  EXPECT_EQ(resource.mapped_bytes(), large);
+  resource.deallocate_async(new_words, large, stream);
+  stream.synchronize();
+  resource.release_completed();
+  EXPECT_EQ(resource.mapped_bytes(), 0u);
+  EXPECT_EQ(resource.mappings(), 0u);
+}
+
+// Pages still used on another stream, and an exportable resource's (each
+// allocation one physical allocation, so that it exports as one), stay pending.
+TEST_F(VirtualMemoryResource, PendingPagesOfAnotherStreamOrOfAnExportableResourceAreNotTakenOver) {
+  for (const bool exportable : {false, true}) {
+    virtual_memory_resource resource(0, virtual_memory_options{.exportable = exportable});
+    const cudapmr::stream first(0);
+    const cudapmr::stream second(0);
+    constexpr std::size_t bytes = 32 * mebibyte;
+    auto* words = static_cast<std::uint32_t*>(resource.allocate_async(bytes, first));
+    stream_gate gate(first);
+    write_sequence(words, bytes / sizeof(std::uint32_t), 5, first);
+    resource.deallocate_async(words, bytes, first);
+    void* other = resource.allocate_async(2 * bytes, exportable ? first : second);
+    if (gate.holding()) {
+      EXPECT_EQ(resource.mapped_bytes(), 3 * bytes) << (exportable ? "exportable" : "another stream");
+      EXPECT_EQ(resource.pending_bytes(), bytes);
+    }
+    gate.open();
+    first.synchronize();
+    resource.deallocate_async(other, 2 * bytes, exportable ? first : second);
+    second.synchronize();
+    first.synchronize();
+    resource.release_completed();
+    EXPECT_EQ(resource.mapped_bytes(), 0u);
+  }
+}
+
 TEST_F(VirtualMemoryResource, MappedBytesFollowWhatIsLiveAndFreedRangesMergeAgain) {
   virtual_memory_resource resource(0);
   const cudapmr::stream stream(0);

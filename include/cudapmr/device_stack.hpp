@@ -29,8 +29,12 @@ struct device_stack_options {
   /// wholly free segments past 64 MiB, or past half the most lately in use,
   /// go back to the leaf at the free that empties them.
   coalescing_options engine{.max_idle_bytes = std::size_t{64} << 20};
-  /// The leaf: physical memory mapped into one reserved address range.
-  virtual_memory_options leaf{};
+  /// The leaf: physical memory mapped into one reserved address range. Not
+  /// exportable: the stack hands out blocks carved from the leaf's allocations,
+  /// which no handle can export, and a leaf that exports nothing lets a new
+  /// segment take over the pages of one freed on its stream (a growing working
+  /// set then holds its pages once).
+  virtual_memory_options leaf{.exportable = false};
   /// Once the engine has served no allocation or free for this long, a thread
   /// of the stack hands its idle segments past `engine.max_idle_bytes` back to
   /// the leaf, which unmaps them once the work before their frees is done: a

@@ -39,16 +39,23 @@ struct virtual_memory_options {
 
 /// Device memory of one GPU on the driver's virtual memory calls. At
 /// construction it reserves one address range; each allocation, rounded up
-/// to the granularity (2 MiB on H100/H200), is one physical allocation mapped
-/// at the lowest free address that fits, readable and writable by its device.
+/// to the granularity (2 MiB on H100/H200), is one physical allocation (or
+/// several taken over, below) mapped at the lowest free address that fits,
+/// readable and writable by its device. Exportable allocations are always one.
 ///
 /// Frees never wait for the device: `deallocate_async` records an event on
 /// the stream and the pages stay mapped until that event has completed; they
 /// are unmapped at that free if the stream has nothing left to run, else at a
 /// later allocation or free, `trim`, `release_completed()` or `release()`.
-/// Allocation is not stream-ordered work: the memory is usable at once by
-/// any stream. Where the device is full, pending frees are waited for (per
-/// event, on the host) and unmapped before the request is refused.
+/// An allocation on a stream takes over the physical memory of frees on that
+/// stream whose work is still queued (largest first, up to its size) and
+/// maps it, with new memory for the rest, at its own address: a working set
+/// that grows on one stream holds its pages once, not its old ones as well
+/// until their work is done. Like any stream-ordered allocation, memory is
+/// then usable in the stream's order (another stream waits for it first);
+/// an allocation without such memory is usable at once by any stream. Where
+/// the device is full, pending frees are waited for (per event, on the host)
+/// and unmapped before the request is refused.
 ///
 /// Stream capture: the driver's virtual memory calls neither fail nor
 /// invalidate a capture, on this thread or another, so allocating while a
@@ -71,15 +78,17 @@ class virtual_memory_resource final : public stream_ordered_resource {
   /// destroy it only once nothing uses its memory. Never throws.
   ~virtual_memory_resource() override;
 
-  /// Physical bytes mapped now: live allocations and frees not yet unmapped.
+  /// Physical bytes held now: live allocations and frees not yet unmapped
+  /// (memory taken over by a later allocation counts once, there).
   [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_.load(std::memory_order_relaxed); }
   /// The most `mapped_bytes()` has been.
   [[nodiscard]] std::size_t mapped_bytes_high() const noexcept { return mapped_high_.load(std::memory_order_relaxed); }
   /// Bytes handed out and not freed, each allocation rounded to the granularity.
   [[nodiscard]] std::size_t allocated_bytes() const noexcept { return allocated_.load(std::memory_order_relaxed); }
-  /// Bytes freed but still mapped: waiting for their event, or held after a free on a captured stream.
+  /// Physical bytes freed but still held: waiting for their event, or held
+  /// after a free on a captured stream (memory taken over is no longer counted here).
   [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_.load(std::memory_order_relaxed); }
-  /// How many physical allocations are mapped now.
+  /// How many ranges are mapped now: live allocations and frees not yet unmapped.
   [[nodiscard]] std::size_t mappings() const noexcept { return mappings_.load(std::memory_order_relaxed); }
   /// The size of the reserved address range.
   [[nodiscard]] std::size_t reserved_address_bytes() const noexcept { return reserved_bytes_; }
@@ -121,6 +130,7 @@ class virtual_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] std::string description() const override;
 
  private:
+  struct piece;
   struct freed_range;
   struct book;  // what is mapped and what is freed, under mutex_
 
@@ -131,9 +141,14 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void do_trim(stream_ref stream) override;
   void do_report(resource_state& report) const override;
 
-  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`;
-  /// `of_graph` where it was asked for during a capture.
-  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph);
+  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`:
+  /// the `reused` pieces first, then one created for the rest; `of_graph` where
+  /// it was asked for during a capture.
+  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph,
+                              std::vector<piece> reused);
+  /// Takes the physical memory of pending frees made on `stream` (largest
+  /// first, at most `bytes` of it) from their ranges, which then only unmap.
+  [[nodiscard]] std::vector<piece> take_over_pending(stream_ref stream, std::size_t bytes) noexcept;
   /// Unmaps the pending frees whose events have completed; where `wait`,
   /// waits for the others' events first. \throws cuda_error where a wait fails.
   void unmap_pending(bool wait);

@@ -26,9 +26,10 @@ struct device_stack_options {
   /// It keeps at most four times what is live: what it hands back, the engine merges.
   caching_options front{.max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 4.0};
   /// The engine: best fit in segments taken from the leaf, split and merged;
+  /// large requests share segments of up to 20 MiB once much is in use;
   /// wholly free segments past 64 MiB, or past half the most lately in use,
   /// go back to the leaf at the free that empties them.
-  coalescing_options engine{.max_idle_bytes = std::size_t{64} << 20};
+  coalescing_options engine{.shared_large_segment = std::size_t{20} << 20, .max_idle_bytes = std::size_t{64} << 20};
   /// The leaf: physical memory mapped into one reserved address range. Not
   /// exportable: the stack hands out blocks carved from the leaf's allocations,
   /// which no handle can export, and a leaf that exports nothing lets a new

@@ -30,6 +30,9 @@ coalescing_options validated(coalescing_options options) {
   if (!std::has_single_bit(options.segment_granularity) || options.segment_granularity > largest_option)
     throw std::invalid_argument(fmt::format(
         "coalescing_options::segment_granularity of {} bytes is not a power of two up to 2^48", options.segment_granularity));
+  if (options.shared_large_segment > largest_option)
+    throw std::invalid_argument(fmt::format("coalescing_options::shared_large_segment of {} bytes is past 2^48",
+                                            options.shared_large_segment));
   options.small_segment = coalescing_resource::block_bytes(options.small_segment);
   return options;
 }
@@ -97,8 +100,10 @@ coalescing_resource::stream_pool* coalescing_resource::existing_pool(stream_ref 
 
 std::size_t coalescing_resource::segment_bytes(std::size_t size, bool small) const noexcept {
   if (small) return options_.small_segment;
+  const std::size_t in_use = std::max(recent_used_peak_, counts_.used_bytes);
+  const std::size_t wanted = std::max(size, std::min(options_.shared_large_segment, in_use / 32));
   const std::size_t granularity = options_.segment_granularity;
-  return (size + granularity - 1) / granularity * granularity;
+  return (wanted + granularity - 1) / granularity * granularity;
 }
 
 coalescing_resource::block* coalescing_resource::take_best_fit(stream_pool& pool, std::size_t size, bool small) {
@@ -192,13 +197,14 @@ void* coalescing_resource::upstream_or_null(std::size_t bytes, stream_ref stream
 
 void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,
                                                      std::size_t requested, std::size_t alignment, stream_ref stream) {
-  const std::size_t bytes = segment_bytes(size, small);
   // About to hold more than ever: this stream's wholly free segments, all too
   // small for the request, go back first (in its order), so a growing working
   // set leaves no trail of outgrown segments.
   std::vector<std::unique_ptr<segment>> outgrown;
+  std::size_t bytes = 0;
   {
     const std::lock_guard lock(mutex_);
+    bytes = segment_bytes(size, small);
     // The same where the idle segments would pass what is kept at frees: those
     // too small for this request serve only smaller ones, which a growing working set will not make.
     const bool past_peak = counts_.reserved_bytes + bytes > counts_.reserved_peak;

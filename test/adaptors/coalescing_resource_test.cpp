@@ -497,6 +497,31 @@ TEST(CoalescingResource, RefusesBadOptionsByName) {
   EXPECT_NE(refusal({.small_request = 4 * mebibyte}).find("small_segment of 2097152 bytes"), std::string::npos);
   EXPECT_NE(refusal({.segment_granularity = 3 * mebibyte}).find("segment_granularity of 3145728 bytes"),
             std::string::npos);
+  EXPECT_NE(refusal({.shared_large_segment = std::size_t{1} << 50}).find("shared_large_segment of"), std::string::npos);
+}
+
+TEST(CoalescingResource, LargeRequestsShareSegmentsOnlyOnceMuchIsInUse) {
+  host_memory_resource upstream;
+  const coalescing_options options{.shared_large_segment = 8 * mebibyte};
+  // A small working set: the segment is the request's size, rounded to 2 MiB.
+  {
+    coalescing_resource arena(upstream, options);
+    void* alone = arena.allocate_async(3 * mebibyte, fake_stream(1));
+    EXPECT_EQ(arena.statistics().reserved_bytes, 4 * mebibyte);
+    arena.deallocate_async(alone, 3 * mebibyte, fake_stream(1));
+  }
+  // A large one: past 32 x 8 MiB in use, each new segment is 8 MiB and serves two 3 MiB requests.
+  coalescing_resource arena(upstream, options);
+  std::vector<void*> blocks;
+  while (arena.statistics().used_bytes < 256 * mebibyte) blocks.push_back(arena.allocate_async(3 * mebibyte, fake_stream(1)));
+  const coalescing_statistics grown = arena.statistics();
+  for (int i = 0; i < 32; ++i) blocks.push_back(arena.allocate_async(3 * mebibyte, fake_stream(1)));
+  const coalescing_statistics shared = arena.statistics();
+  EXPECT_EQ(shared.segment_allocations - grown.segment_allocations, 16u) << "32 requests, two to a segment";
+  EXPECT_EQ(shared.reserved_bytes - grown.reserved_bytes, 16 * 8 * mebibyte);
+  for (void* p : blocks) arena.deallocate_async(p, 3 * mebibyte, fake_stream(1));
+  arena.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
 }
 
 // ---- on the GPU: real events, waits and graphs ------------------------------------

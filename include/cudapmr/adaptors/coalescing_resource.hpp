@@ -38,6 +38,12 @@ struct coalescing_options {
   /// captured into a graph (see coalescing_resource). Turn it off only where
   /// no stream the resource sees is ever captured.
   bool check_capture = true;
+  /// Where nonzero, a large segment is at least the smaller of this and a
+  /// 32nd of the most lately in use (rounded as above): once much is in use,
+  /// several large requests share a segment and its remainder serves the next
+  /// ones (fewer upstream calls, less rounding lost), while a small working set
+  /// keeps segments of its requests' size. 0: each large request its own segment.
+  std::size_t shared_large_segment = 0;
   /// The most bytes of wholly free segments kept, all streams together (at least half
   /// the most that was in use since `release_idle()`, `release()` or `trim()`
   /// last ran, so that a working set that dips and comes back finds its
@@ -245,6 +251,7 @@ class coalescing_resource final : public resource_adaptor {
   /// what the upstream may lack. Called without the lock: a callback below may free through this resource.
   [[nodiscard]] void* allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,
                                                 std::size_t requested, std::size_t alignment, stream_ref stream);
+  /// The bytes of a new segment for a request of `size`. Called with the lock held (it reads what is in use).
   [[nodiscard]] std::size_t segment_bytes(std::size_t size, bool small) const noexcept;
   /// Keeps `freed` out of use until the resource is destroyed.
   void retire(block* freed) noexcept;

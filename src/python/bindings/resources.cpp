@@ -389,16 +389,18 @@ void bind_adaptors(nb::module_& module) {
       .def(
           "__init__",
           [](coalescing_resource* self, stream_ordered_resource& upstream, std::size_t small_request,
-             std::size_t small_segment, std::size_t segment_granularity, bool check_capture) {
-            new (self) coalescing_resource(
-                upstream, coalescing_options{small_request, small_segment, segment_granularity, check_capture});
+             std::size_t small_segment, std::size_t segment_granularity, bool check_capture,
+             std::size_t shared_large_segment) {
+            new (self) coalescing_resource(upstream, coalescing_options{small_request, small_segment, segment_granularity,
+                                                                        check_capture, shared_large_segment});
           },
           "upstream"_a, nb::kw_only(), "small_request"_a = coalescing_options{}.small_request,
           "small_segment"_a = coalescing_options{}.small_segment,
           "segment_granularity"_a = coalescing_options{}.segment_granularity, "check_capture"_a = true,
-          nb::keep_alive<1, 2>(),
+          "shared_large_segment"_a = 0, nb::keep_alive<1, 2>(),
           "small_request: requests up to this share small_segment-byte segments; larger ones get segments of "
-          "their size rounded up to segment_granularity, split and merged as blocks are allocated and freed.")
+          "their size rounded up to segment_granularity (at least the smaller of shared_large_segment and a 32nd "
+          "of what is in use), split and merged as blocks are allocated and freed.")
       .def("statistics", &coalescing_resource::statistics, "A CoalescingStatistics.")
       .def("release", &coalescing_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every wholly free segment back upstream.");

@@ -188,13 +188,7 @@ void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t 
                         fmt::format("{} bytes (rounded to the granularity) exceed the reserved address range of {} bytes",
                                     rounded, reserved_bytes_));
   unmap_pending(false);
-  const bool of_graph = detail::cuda_stream_ordering().is_capturing(stream);
-  // Physical memory freed earlier on this stream, its work still queued, may
-  // serve again in the stream's order: a growing working set then holds one
-  // copy of its pages, not the old ones too until their work is done.
-  std::vector<piece> reused;
-  if (!of_graph && !is_exportable()) reused = take_over_pending(stream, rounded);
-  return map_new(rounded, std::max(alignment, granularity_), bytes, of_graph, std::move(reused));
+  return map_new(rounded, std::max(alignment, granularity_), bytes, stream);
 }
 
 std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_pending(stream_ref stream,
@@ -205,6 +199,8 @@ std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_p
     if (book_->pending.empty()) return taken;
     const std::optional<unsigned long long> id = stream_id(stream);
     if (!id) return taken;
+    // Room for every piece first: nothing below throws once a range has changed.
+    taken.reserve(max_pieces - 1);
     // Largest first, whole ranges, while they fit in the request.
     std::vector<freed_range*> candidates;
     for (freed_range& freed : book_->pending) {
@@ -217,8 +213,8 @@ std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_p
     std::size_t sum = 0;
     std::size_t taken_bytes = 0;
     for (freed_range* freed : candidates) {
-      if (sum + freed->bytes > bytes || taken.size() + freed->pieces.size() > max_pieces) continue;
-      taken.reserve(taken.size() + freed->pieces.size());
+      // One piece more is created for what the taken ones lack.
+      if (sum + freed->bytes > bytes || taken.size() + freed->pieces.size() > max_pieces - 1) continue;
       for (piece& each : freed->pieces) {
         taken.push_back(each);
         each.handle = 0;  // the range now only unmaps it
@@ -233,10 +229,18 @@ std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_p
   return taken;
 }
 
-void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph,
-                                       std::vector<piece> reused) {
+void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment, std::size_t requested,
+                                       stream_ref stream) {
   const detail::scoped_device on_device(device_id());
   const auto& calls = driver();
+  const bool of_graph = detail::cuda_stream_ordering().is_capturing(stream);
+  // Physical memory freed earlier on this stream, its work still queued, may
+  // serve again in the stream's order: a growing working set then holds one
+  // copy of its pages, not the old ones too until their work is done. From
+  // here on `reused` holds their only creation references: released below on
+  // every failure.
+  std::vector<piece> reused;
+  if (!of_graph && !is_exportable()) reused = take_over_pending(stream, bytes);
   const auto refused = [&](CUresult status, const char* call) {
     return out_of_memory(requested, alignment, description(),
                          fmt::format("{} of {} bytes: {}", call, bytes, detail::driver_error_name(status)));
@@ -381,8 +385,9 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // wherever it is freed, so the range waits for release() too.
     const detail::ordering_event event =
         freed.of_graph || ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
-    book_->pending.push_back({address, freed.bytes, freed.pieces, event,
-                              event != nullptr ? stream_id(stream) : std::nullopt});
+    // Moves only from here on: the range is never out of both lists.
+    book_->pending.push_back({address, freed.bytes, std::move(freed.pieces), event,
+                              event != nullptr && !is_exportable() ? stream_id(stream) : std::nullopt});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
     if (event == nullptr) return;
@@ -407,10 +412,10 @@ void virtual_memory_resource::unmap_pending(bool wait) {
     auto& pending = book_->pending;
     if (pending.empty()) return;
     std::vector<freed_range> kept;  // in the order of the frees
-    for (const freed_range& freed : pending) {
-      if (freed.event != nullptr && ordering.has_completed(freed.event)) ready.push_back(freed);
-      else if (freed.event != nullptr && wait) waiting.push_back(freed);
-      else kept.push_back(freed);
+    for (freed_range& freed : pending) {
+      if (freed.event != nullptr && ordering.has_completed(freed.event)) ready.push_back(std::move(freed));
+      else if (freed.event != nullptr && wait) waiting.push_back(std::move(freed));
+      else kept.push_back(std::move(freed));
     }
     pending.swap(kept);
   }

@@ -119,6 +119,7 @@ TEST_F(VirtualMemoryResource, AGrowingBlockOnOneStreamTakesOverItsPendingPagesIn
 TEST_F(VirtualMemoryResource, PendingPagesOfAnotherStreamOrOfAnExportableResourceAreNotTakenOver) {
   for (const bool exportable : {false, true}) {
     virtual_memory_resource resource(0, virtual_memory_options{.exportable = exportable});
+    if (exportable && !resource.is_exportable()) continue;  // the driver refused the handle type: not exportable
     const cudapmr::stream first(0);
     const cudapmr::stream second(0);
     constexpr std::size_t bytes = 32 * mebibyte;

@@ -51,9 +51,11 @@ struct virtual_memory_options {
 /// stream whose work is still queued (largest first, up to its size) and
 /// maps it, with new memory for the rest, at its own address: a working set
 /// that grows on one stream holds its pages once, not its old ones as well
-/// until their work is done. Like any stream-ordered allocation, memory is
-/// then usable in the stream's order (another stream waits for it first);
-/// an allocation without such memory is usable at once by any stream. Where
+/// until their work is done. So in a leaf that is not exportable every
+/// allocation is stream-ordered, as `cudaMallocAsync`'s: usable in its
+/// stream's order, and another stream (a free on another stream too) must be
+/// ordered after that stream first. An exportable leaf takes nothing over and
+/// its allocations are usable at once by any stream. Where
 /// the device is full, pending frees are waited for (per event, on the host)
 /// and unmapped before the request is refused.
 ///
@@ -141,11 +143,10 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void do_trim(stream_ref stream) override;
   void do_report(resource_state& report) const override;
 
-  /// Maps `bytes` (a granularity multiple) at an address aligned to `alignment`:
-  /// the `reused` pieces first, then one created for the rest; `of_graph` where
-  /// it was asked for during a capture.
-  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, bool of_graph,
-                              std::vector<piece> reused);
+  /// Maps `bytes` (a granularity multiple) at an address aligned to
+  /// `alignment`, for an allocation on `stream`: pieces taken over from frees
+  /// on it first (not during a capture, nor where exportable), then one created for the rest.
+  [[nodiscard]] void* map_new(std::size_t bytes, std::size_t alignment, std::size_t requested, stream_ref stream);
   /// Takes the physical memory of pending frees made on `stream` (largest
   /// first, at most `bytes` of it) from their ranges, which then only unmap.
   [[nodiscard]] std::vector<piece> take_over_pending(stream_ref stream, std::size_t bytes) noexcept;

@@ -29,6 +29,8 @@ endforeach()
 if(TARGET cudapmr_nccl)
   install(FILES ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake DESTINATION ${cudapmr_package_dir})
 endif()
+# The core links hwloc: its consumers find it as the build did (HWLOC_ROOT included).
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/FindHWLOC.cmake DESTINATION ${cudapmr_package_dir})
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cudapmrConfig.cmake.in
   ${PROJECT_BINARY_DIR}/cudapmrConfig.cmake

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 namespace cudapmr {
 namespace {
@@ -35,12 +36,21 @@ bitmap new_bitmap() {
 
 /// The machine's topology, loaded at first use and never destroyed (threads
 /// of never-destroyed pools bind themselves through it at any time). Read-only
-/// once loaded, which hwloc makes safe to share between threads.
+/// once loaded, which hwloc makes safe to share between threads. Where hwloc
+/// cannot load it, or describes another machine (HWLOC_XMLFILE and friends),
+/// the process sees one node, 0, and binds nothing.
 class topology final {
  public:
   topology() {
-    if (hwloc_topology_init(&topology_) != 0 || hwloc_topology_load(topology_) != 0)
-      throw std::runtime_error(fmt::format("hwloc could not load the host's topology (errno {})", errno));
+    if (hwloc_topology_init(&topology_) != 0) topology_ = nullptr;
+    else if (hwloc_topology_load(topology_) != 0 || hwloc_topology_is_thissystem(topology_) == 0) {
+      hwloc_topology_destroy(topology_);
+      topology_ = nullptr;
+    }
+    if (topology_ == nullptr) {
+      nodes_.push_back(0);
+      return;
+    }
     const int count = hwloc_get_nbobjs_by_type(topology_, HWLOC_OBJ_NUMANODE);
     for (int index = 0; index < count; ++index)
       nodes_.push_back(static_cast<int>(hwloc_get_obj_by_type(topology_, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(index))->os_index));
@@ -52,13 +62,18 @@ class topology final {
 
   [[nodiscard]] const std::vector<int>& nodes() const noexcept { return nodes_; }
 
+  /// Whether the nodes are hwloc's (else the one-node stand-in).
+  [[nodiscard]] bool loaded() const noexcept { return topology_ != nullptr; }
+
   /// The node of OS number `node`, or null.
   [[nodiscard]] hwloc_obj_t node(int node) const noexcept {
+    if (topology_ == nullptr) return nullptr;
     return hwloc_get_numanode_obj_by_os_index(topology_, static_cast<unsigned>(node));
   }
 
   /// The one node whose processors are local to `device`'s PCI slot, or empty.
   [[nodiscard]] std::optional<int> node_local_to(int device) const {
+    if (topology_ == nullptr) return std::nullopt;
     const bitmap processors = new_bitmap();
     if (hwloc_cudart_get_device_cpuset(topology_, device, processors.get()) != 0) return std::nullopt;
     const bitmap nodes = new_bitmap();
@@ -68,6 +83,7 @@ class topology final {
   }
 
   [[nodiscard]] std::size_t processors(int node_number) const {
+    if (topology_ == nullptr) return std::max(1U, std::thread::hardware_concurrency());
     const hwloc_const_cpuset_t set =
         node_number == any_numa_node ? hwloc_topology_get_allowed_cpuset(topology_) : node(node_number)->cpuset;
     const int weight = hwloc_bitmap_weight(set);
@@ -75,6 +91,7 @@ class topology final {
   }
 
   bool thread_is_on(int node_number) const noexcept {
+    if (topology_ == nullptr) return true;  // one node: every thread is on it
     const hwloc_obj_t found = node(node_number);
     hwloc_bitmap_s* where = hwloc_bitmap_alloc();
     if (found == nullptr || where == nullptr) {
@@ -115,12 +132,17 @@ std::optional<int> nearest_numa_node(int device) {
   detail::validate_device_ordinal(device);
   int node = -1;
   CUDAPMR_CHECK(cudaDeviceGetAttribute(&node, cudaDevAttrHostNumaId, device));
-  if (node >= 0) return node;
+  const std::vector<int>& nodes = the_topology().nodes();
+  // The driver's node, where this process may use it (a container may be
+  // kept off the device's node: hwloc lists only the nodes it is allowed).
+  if (node >= 0 && std::find(nodes.begin(), nodes.end(), node) != nodes.end()) return node;
+  if (node >= 0) return std::nullopt;
   // The driver reports no NUMA: a machine with one node has only that one;
   // otherwise the node whose processors sit by the device's PCI slot.
-  const std::vector<int>& nodes = the_topology().nodes();
   if (nodes.size() == 1) return nodes.front();
-  return the_topology().node_local_to(device);
+  const std::optional<int> local = the_topology().node_local_to(device);
+  static_cast<void>(cudaGetLastError());  // hwloc's PCI query may leave a refusal behind
+  return local;
 }
 
 std::optional<int> numa_node_of(const void* address) noexcept {
@@ -138,7 +160,7 @@ void validate_numa_node(int node, const char* what) {
   if (node == any_numa_node) return;
   const std::vector<int>& nodes = the_topology().nodes();
   if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) return;
-  throw std::invalid_argument(fmt::format("{}: NUMA node {} does not exist; this machine has node{} {} (or {} for any)",
+  throw std::invalid_argument(fmt::format("{}: NUMA node {} is not one this process may use; it has node{} {} (or {} for any)",
                                           what, node, nodes.size() == 1 ? "" : "s", fmt::join(nodes, ", "),
                                           any_numa_node));
 }

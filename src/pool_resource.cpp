@@ -73,15 +73,21 @@ detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType 
   return {pool, true};
 }
 
-/// Host pools are reachable only from the host until access is granted; the
-/// pinned kind promises kernels on every device can read and write its memory.
-void grant_access_to_all_devices(cudaMemPool_t pool) {
+/// Read and write access for every device.
+std::vector<cudaMemAccessDesc> access_for_all_devices() {
   const int devices = device::count();
   std::vector<cudaMemAccessDesc> access(static_cast<std::size_t>(devices));
   for (int ordinal = 0; ordinal < devices; ++ordinal) {
     access[static_cast<std::size_t>(ordinal)].location = device_location(ordinal);
     access[static_cast<std::size_t>(ordinal)].flags = cudaMemAccessFlagsProtReadWrite;
   }
+  return access;
+}
+
+/// Host pools are reachable only from the host until access is granted; the
+/// pinned kind promises kernels on every device can read and write its memory.
+void grant_access_to_all_devices(cudaMemPool_t pool) {
+  const std::vector<cudaMemAccessDesc> access = access_for_all_devices();
   CUDAPMR_CHECK(cudaMemPoolSetAccess(pool, access.data(), access.size()));
 }
 
@@ -97,7 +103,7 @@ std::optional<int> pinned_node(const std::optional<int>& asked, int device, std:
   if (asked) return *asked == any_numa_node ? std::nullopt : asked;
   std::optional<int> nearest = nearest_numa_node(device);
   if (!nearest)
-    note = fmt::format("neither the driver nor hwloc names the NUMA node nearest device {}: the kernel places the pages",
+    note = fmt::format("no NUMA node this process may use is known to be nearest device {}: the kernel places the pages",
                        device);
   return nearest;
 }
@@ -118,7 +124,13 @@ detail::placed_host_pool place_pinned_pool(std::optional<int> node, std::string 
     cudaMemPool_t pool = nullptr;
     cudaError_t status = cudaErrorNotSupported;
     if (supported != 0) status = make(host_location(node), pool);
-    if (status == cudaSuccess) return {with_device_access({pool, options != nullptr}), node, std::move(note), device};
+    if (status == cudaSuccess) {
+      // Every device must reach it (a device without host NUMA pools may refuse): else the plain pool.
+      detail::pool_handle placed{pool, options != nullptr};
+      const std::vector<cudaMemAccessDesc> access = access_for_all_devices();
+      status = cudaMemPoolSetAccess(placed.get(), access.data(), access.size());
+      if (status == cudaSuccess) return {std::move(placed), node, std::move(note), device};
+    }
     static_cast<void>(detail::recover_from(status));
     note = supported == 0
                ? fmt::format("device {} has no host NUMA memory pools (cudaDevAttrHostNumaMemoryPoolsSupported is 0): "

@@ -243,7 +243,7 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
 void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
                    std::optional<int> numa_node) {
   if (bytes == 0) return;
-  const int node = numa_node.value_or(staging_node_of(stream_device(stream)));
+  const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);
   auto* to = static_cast<unsigned char*>(destination);
@@ -261,7 +261,7 @@ void staged_copy_to_device(void* destination, const void* host_source, std::size
 void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
                    std::optional<int> numa_node) {
   if (bytes == 0) return;
-  const int node = numa_node.value_or(staging_node_of(stream_device(stream)));
+  const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);
   auto* to = static_cast<unsigned char*>(host_destination);

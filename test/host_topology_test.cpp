@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -164,9 +165,23 @@ std::optional<bool> processor_on_node(int processor, int node) {
                                  std::to_string(processor));
 }
 
+/// Whether sysfs lists processors of `node` (a memory-only node, as a
+/// Grace Hopper's GPU memory or a CXL expander, has none); true where sysfs is not mounted.
+bool node_has_own_processors(int node) {
+  const std::filesystem::path directory = "/sys/devices/system/node/node" + std::to_string(node);
+  if (!std::filesystem::exists(directory)) return true;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 3 && name.compare(0, 3, "cpu") == 0 && std::isdigit(static_cast<unsigned char>(name[3])) != 0)
+      return true;
+  }
+  return false;
+}
+
 TEST(HostThreadPoolOnANode, WorkersRunOnlyOnTheNodesProcessors) {
   note_single_node();
   for (const int node : host_numa_nodes()) {
+    if (!node_has_own_processors(node)) continue;
     host_thread_pool pool(4, node);
     EXPECT_EQ(pool.numa_node(), node);
     EXPECT_EQ(pool.concurrency(), 4u) << "three workers and the caller";
@@ -177,36 +192,39 @@ TEST(HostThreadPoolOnANode, WorkersRunOnlyOnTheNodesProcessors) {
       EXPECT_NE(processor_on_node(processor, node), std::optional<bool>(false))
           << "a worker ran on processor " << processor << ", not on node " << node;
     }
-    // A submitter that runs on the node helps; one that may run elsewhere only waits.
-    EXPECT_EQ(record.submitter_ran, detail::this_thread_is_on_numa_node(node)) << "node " << node;
+    // A submitter that may run elsewhere only waits (one on the node may help, or find the workers done first).
+    if (!detail::this_thread_is_on_numa_node(node)) {
+      EXPECT_FALSE(record.submitter_ran) << "node " << node;
+    }
   }
 }
 
-TEST(HostThreadPoolOnANode, ASubmitterOnAnotherNodeOnlyWaits) {
-  const std::vector<int> nodes = host_numa_nodes();
-  if (nodes.size() < 2) GTEST_SKIP() << "this machine has one NUMA node: no submitter runs elsewhere";
-  host_thread_pool pool(4, nodes.front());
-  job_record record;
-  std::thread submitter([&] {
-    ASSERT_TRUE(detail::bind_this_thread_to_numa_node(nodes.back()));
-    record = run_recorded(pool, 64);
-  });
-  submitter.join();
-  EXPECT_FALSE(record.submitter_ran) << "a submitter on node " << nodes.back() << " copied for node "
-                                     << nodes.front();
-  for (const int processor : record.worker_processors)
-    EXPECT_NE(processor_on_node(processor, nodes.front()), std::optional<bool>(false)) << processor;
+/// Two nodes with processors of their own, or empty.
+std::optional<std::pair<int, int>> two_nodes_with_processors() {
+  std::vector<int> nodes;
+  for (const int node : host_numa_nodes())
+    if (node_has_own_processors(node)) nodes.push_back(node);
+  if (nodes.size() < 2) return std::nullopt;
+  return std::pair{nodes.front(), nodes.back()};
 }
 
-TEST(HostThreadPoolOnANode, ASubmitterThatMayRunAnywhereDoesNotHelpOnAMultiNodeMachine) {
-  // Where the machine has one node every thread is on it, and helps (as the test above checks).
-  if (host_numa_nodes().size() < 2) GTEST_SKIP() << "this machine has one NUMA node";
-  host_thread_pool pool(2, host_numa_nodes().front());
-  std::thread::id ran;
-  std::thread unbound([&] { pool.run(1, [&ran](std::size_t) { ran = std::this_thread::get_id(); }); });
-  const std::thread::id submitter = unbound.get_id();
-  unbound.join();
-  EXPECT_NE(ran, submitter);
+TEST(HostThreadPoolOnANode, ASubmitterOnAnotherNodeOnlyWaits) {
+  const auto nodes = two_nodes_with_processors();
+  if (!nodes) GTEST_SKIP() << "this machine has fewer than two NUMA nodes with processors";
+  host_thread_pool pool(4, nodes->first);
+  job_record record;
+  bool bound = false;
+  std::thread submitter([&] {
+    bound = detail::bind_this_thread_to_numa_node(nodes->second) &&
+            !detail::this_thread_is_on_numa_node(nodes->first);
+    if (bound) record = run_recorded(pool, 64);
+  });
+  submitter.join();
+  if (!bound) GTEST_SKIP() << "the submitter could not be kept to node " << nodes->second << " alone";
+  EXPECT_FALSE(record.submitter_ran) << "a submitter on node " << nodes->second << " copied for node "
+                                     << nodes->first;
+  for (const int processor : record.worker_processors)
+    EXPECT_NE(processor_on_node(processor, nodes->first), std::optional<bool>(false)) << processor;
 }
 
 TEST(HostThreadPoolOnANode, TheLibrarysCopyPoolOfANodeIsOnIt) {
@@ -242,9 +260,13 @@ TEST(PinnedNuma, PagesAreOnTheNodeAskedFor) {
     void* block = pinned.allocate(bytes);
     std::memset(block, 0x5a, bytes);
     if (pinned.numa_node()) {
+      // Pages the kernel gives no answer for are not counted; every answer must name the node.
       const std::vector<std::optional<int>> nodes = page_nodes(block, bytes);
-      const auto elsewhere = std::count_if(nodes.begin(), nodes.end(), [node](auto page) { return page != node; });
-      EXPECT_EQ(elsewhere, 0) << elsewhere << " of " << nodes.size() << " pages are not on node " << node;
+      const auto answered = std::count_if(nodes.begin(), nodes.end(), [](auto page) { return page.has_value(); });
+      const auto elsewhere =
+          std::count_if(nodes.begin(), nodes.end(), [node](auto page) { return page && *page != node; });
+      EXPECT_GT(answered, 0) << "the kernel located none of the " << nodes.size() << " pages";
+      EXPECT_EQ(elsewhere, 0) << elsewhere << " of " << answered << " pages are not on node " << node;
     }
     pinned.deallocate(block, bytes);
   }

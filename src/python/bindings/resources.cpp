@@ -199,7 +199,8 @@ void bind_base(nb::module_& module) {
       .def("state", &state_dict,
            "What the resource reports of itself, a dict: name, kind, device, used_bytes, peak_used_bytes, "
            "reserved_bytes, peak_reserved_bytes, cached_bytes, cached_bytes_by_stream ({stream: bytes}), "
-           "largest_free_block, cap_bytes, releasable_bytes; None where it does not know.")
+           "largest_free_block, cap_bytes, releasable_bytes, numa_node; None where it does not know; and note, "
+           "why it is not where it was asked to be (empty when it is).")
       .def_prop_ro(
           "upstream", [](const stream_ordered_resource& self) { return self.upstream(); },
           nb::rv_policy::reference_internal,

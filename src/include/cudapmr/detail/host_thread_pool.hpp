@@ -73,15 +73,16 @@ class host_thread_pool final {
   host_thread_pool(const host_thread_pool&) = delete;
   host_thread_pool& operator=(const host_thread_pool&) = delete;
 
-  /// The threads a job may use, the caller included.
+  /// The threads a job may use: the workers and the caller (who, on a pool
+  /// on a node, helps only where it runs on that node).
   [[nodiscard]] std::size_t concurrency() const noexcept { return workers_.size() + 1; }
   /// The node whose processors the workers run on, or `any_numa_node`.
   [[nodiscard]] int numa_node() const noexcept { return numa_node_; }
   /// Workers the system let keep to the node (all of them, where it did).
   [[nodiscard]] std::size_t bound_workers() const noexcept { return bound_workers_.load(std::memory_order_relaxed); }
 
-  /// Calls `body(i)` once for each i in [0, parts), on the workers and on the
-  /// calling thread, and returns when all calls have returned.
+  /// Calls `body(i)` once for each i in [0, parts), on the workers and (where
+  /// it helps, above) the calling thread, and returns when all calls have returned.
   /// \throws the first exception a call threw, once all calls have returned.
   void run(std::size_t parts, const std::function<void(std::size_t)>& body);
 

@@ -55,39 +55,27 @@ detail::pool_handle default_pool(cudaMemLocation location, cudaMemAllocationType
   return {pool, false};
 }
 
-cudaMemPoolProps pool_properties(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
-                                 cudaMemAllocationHandleType handle_types) {
+detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
+                                cudaMemAllocationHandleType handle_types) {
   cudaMemPoolProps properties{};
   properties.allocType = type;
   properties.location = location;
   properties.maxSize = max_size;
   properties.handleTypes = handle_types;
-  return properties;
-}
-
-detail::pool_handle create_pool(cudaMemLocation location, cudaMemAllocationType type, std::size_t max_size,
-                                cudaMemAllocationHandleType handle_types) {
-  const cudaMemPoolProps properties = pool_properties(location, type, max_size, handle_types);
   cudaMemPool_t pool = nullptr;
   CUDAPMR_CHECK(cudaMemPoolCreate(&pool, &properties));
   return {pool, true};
 }
 
-/// Read and write access for every device.
-std::vector<cudaMemAccessDesc> access_for_all_devices() {
+/// Host pools are reachable only from the host until access is granted; the
+/// pinned kind promises kernels on every device can read and write its memory.
+void grant_access_to_all_devices(cudaMemPool_t pool) {
   const int devices = device::count();
   std::vector<cudaMemAccessDesc> access(static_cast<std::size_t>(devices));
   for (int ordinal = 0; ordinal < devices; ++ordinal) {
     access[static_cast<std::size_t>(ordinal)].location = device_location(ordinal);
     access[static_cast<std::size_t>(ordinal)].flags = cudaMemAccessFlagsProtReadWrite;
   }
-  return access;
-}
-
-/// Host pools are reachable only from the host until access is granted; the
-/// pinned kind promises kernels on every device can read and write its memory.
-void grant_access_to_all_devices(cudaMemPool_t pool) {
-  const std::vector<cudaMemAccessDesc> access = access_for_all_devices();
   CUDAPMR_CHECK(cudaMemPoolSetAccess(pool, access.data(), access.size()));
 }
 
@@ -109,43 +97,32 @@ std::optional<int> pinned_node(const std::optional<int>& asked, int device, std:
 }
 
 /// A pinned pool on `node` (the driver's default pool there, or a new one with
-/// `options`); where CUDA refuses a pool on that node, CUDA's plain host pool and a note.
+/// `options`), every device granted access; where CUDA refuses a pool on that
+/// node or access to it, CUDA's plain host pool and a note.
 detail::placed_host_pool place_pinned_pool(std::optional<int> node, std::string note, int device,
                                            const pinned_pool_options* options) {
-  auto make = [options](cudaMemLocation location, cudaMemPool_t& pool) {
-    if (options == nullptr) return cudaMemGetDefaultMemPool(&pool, &location, cudaMemAllocationTypePinned);
-    const cudaMemPoolProps properties =
-        pool_properties(location, cudaMemAllocationTypePinned, options->max_size, cudaMemHandleTypeNone);
-    return cudaMemPoolCreate(&pool, &properties);
+  const auto make = [options](std::optional<int> where) {
+    return with_device_access(options == nullptr ? default_pool(host_location(where), cudaMemAllocationTypePinned)
+                                                 : create_pool(host_location(where), cudaMemAllocationTypePinned,
+                                                               options->max_size, cudaMemHandleTypeNone));
   };
   if (node) {
     int supported = 0;
     CUDAPMR_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrHostNumaMemoryPoolsSupported, device));
-    cudaMemPool_t pool = nullptr;
-    cudaError_t status = cudaErrorNotSupported;
-    if (supported != 0) status = make(host_location(node), pool);
-    if (status == cudaSuccess) {
-      // Every device must reach it (a device without host NUMA pools may refuse): else the plain pool.
-      detail::pool_handle placed{pool, options != nullptr};
-      const std::vector<cudaMemAccessDesc> access = access_for_all_devices();
-      status = cudaMemPoolSetAccess(placed.get(), access.data(), access.size());
-      if (status == cudaSuccess) return {std::move(placed), node, std::move(note), device};
+    if (supported == 0) {
+      note = fmt::format("device {} has no host NUMA memory pools (cudaDevAttrHostNumaMemoryPoolsSupported is 0): "
+                         "NUMA node {} was not used, the kernel places the pages",
+                         device, *node);
+    } else {
+      try {
+        return {make(node), node, std::move(note), device};
+      } catch (const cuda_error& refused) {  // the pool on the node, or a device's access to it
+        note = fmt::format("CUDA refused a pinned pool on NUMA node {} ({}): the kernel places the pages", *node,
+                           refused.what());
+      }
     }
-    static_cast<void>(detail::recover_from(status));
-    note = supported == 0
-               ? fmt::format("device {} has no host NUMA memory pools (cudaDevAttrHostNumaMemoryPoolsSupported is 0): "
-                             "NUMA node {} was not used, the kernel places the pages",
-                             device, *node)
-               : fmt::format("CUDA refused a pinned pool on NUMA node {} ({}: {}): the kernel places the pages",
-                             *node, cudaGetErrorName(status), cudaGetErrorString(status));
   }
-  cudaMemPool_t pool = nullptr;
-  if (const cudaError_t status = make(host_location(std::nullopt), pool); status != cudaSuccess) {
-    static_cast<void>(detail::recover_from(status));
-    throw cuda_error(status, options == nullptr ? "cudaMemGetDefaultMemPool for pinned host memory"
-                                                : "cudaMemPoolCreate for pinned host memory");
-  }
-  return {with_device_access({pool, options != nullptr}), std::nullopt, std::move(note), device};
+  return {make(std::nullopt), std::nullopt, std::move(note), device};
 }
 
 detail::placed_host_pool pinned_pool(const pinned_pool_options* options) {

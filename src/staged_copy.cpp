@@ -33,7 +33,8 @@ constexpr std::size_t staging_set_bytes = staging_block_count * staging_block_by
 /// DMA finished. Events belong to a device, so a set serves the streams of one.
 class staging_set final {
  public:
-  staging_set(pinned_memory_resource& pinned, int device) : pinned_(&pinned), device_(device) {
+  staging_set(pinned_memory_resource& pinned, int device, int numa_node)
+      : pinned_(&pinned), device_(device), numa_node_(numa_node) {
     memory_ = static_cast<unsigned char*>(pinned.allocate(staging_set_bytes));
     try {
       const scoped_device guard(device);
@@ -48,7 +49,8 @@ class staging_set final {
   staging_set& operator=(const staging_set&) = delete;
 
   [[nodiscard]] int device() const noexcept { return device_; }
-  [[nodiscard]] const pinned_memory_resource& pinned() const noexcept { return *pinned_; }
+  /// The node its blocks were asked on, whether or not CUDA put them there.
+  [[nodiscard]] int numa_node() const noexcept { return numa_node_; }
   [[nodiscard]] unsigned char* block(std::size_t index) const noexcept { return memory_ + index * staging_block_bytes; }
 
   /// Blocks until the last DMA that used block `index` has finished. \throws cuda_error.
@@ -73,6 +75,7 @@ class staging_set final {
 
   pinned_memory_resource* pinned_;
   int device_;
+  int numa_node_;
   unsigned char* memory_ = nullptr;
   std::array<cudaEvent_t, staging_block_count> events_{};
 };
@@ -88,7 +91,7 @@ class staging_cache final {
     {
       const std::lock_guard lock(mutex_);
       const auto found = std::find_if(idle_.begin(), idle_.end(), [&](const auto& set) {
-        return set->device() == device && pinned_node(set->pinned()) == numa_node;
+        return set->device() == device && set->numa_node() == numa_node;
       });
       if (found != idle_.end()) {
         std::unique_ptr<staging_set> set = std::move(*found);
@@ -96,7 +99,7 @@ class staging_cache final {
         return set;
       }
     }
-    return std::make_unique<staging_set>(pinned_on(numa_node), device);
+    return std::make_unique<staging_set>(pinned_on(numa_node), device, numa_node);
   }
 
   /// The pinned pool of the staging blocks on `numa_node`, made at first use.
@@ -129,15 +132,7 @@ class staging_cache final {
     }
   }
 
-
  private:
-  /// The node a pool was asked for, whether or not CUDA put it there. Needs `mutex_` held.
-  int pinned_node(const pinned_memory_resource& pinned) const noexcept {
-    for (const auto& [node, pool] : pinned_)
-      if (pool.get() == &pinned) return node;
-    return any_numa_node;
-  }
-
   // Declared first: destroyed after the sets (the cache is never destroyed, but
   // its order stays right should that change).
   std::map<int, std::unique_ptr<pinned_memory_resource>> pinned_;

@@ -82,7 +82,7 @@ struct virtual_memory_resource::freed_range {
   std::size_t bytes = 0;
   std::vector<piece> pieces;
   detail::ordering_event event = nullptr;  // null: freed on a captured stream, held until release()
-  std::optional<unsigned long long> stream_id;  // the freeing stream's, where the event orders it
+  std::optional<unsigned long long> stream_id;  // the freeing stream's, while the event orders its own pages
 };
 
 struct virtual_memory_resource::book {
@@ -201,25 +201,22 @@ std::vector<virtual_memory_resource::piece> virtual_memory_resource::take_over_p
     if (!id) return taken;
     // Room for every piece first: nothing below throws once a range has changed.
     taken.reserve(max_pieces - 1);
-    // Largest first, whole ranges, while they fit in the request.
+    // Largest first, whole ranges, while they fit in the request. Only ranges
+    // whose frees the event orders carry a stream id; a range taken over loses it.
     std::vector<freed_range*> candidates;
-    for (freed_range& freed : book_->pending) {
-      const bool owns_all = std::all_of(freed.pieces.begin(), freed.pieces.end(),
-                                        [](const piece& each) { return each.handle != 0; });
-      if (freed.event != nullptr && freed.stream_id == id && owns_all && !freed.pieces.empty()) candidates.push_back(&freed);
-    }
+    for (freed_range& freed : book_->pending)
+      if (freed.stream_id == id) candidates.push_back(&freed);
     std::sort(candidates.begin(), candidates.end(),
               [](const freed_range* a, const freed_range* b) { return a->bytes > b->bytes; });
-    std::size_t sum = 0;
     std::size_t taken_bytes = 0;
     for (freed_range* freed : candidates) {
       // One piece more is created for what the taken ones lack.
-      if (sum + freed->bytes > bytes || taken.size() + freed->pieces.size() > max_pieces - 1) continue;
+      if (taken_bytes + freed->bytes > bytes || taken.size() + freed->pieces.size() > max_pieces - 1) continue;
       for (piece& each : freed->pieces) {
         taken.push_back(each);
         each.handle = 0;  // the range now only unmaps it
       }
-      sum += freed->bytes;
+      freed->stream_id.reset();
       taken_bytes += freed->bytes;
     }
     pending_.fetch_sub(taken_bytes, std::memory_order_relaxed);
@@ -237,10 +234,10 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   // Physical memory freed earlier on this stream, its work still queued, may
   // serve again in the stream's order: a growing working set then holds one
   // copy of its pages, not the old ones too until their work is done. From
-  // here on `reused` holds their only creation references: released below on
+  // here on `pieces` holds their only creation references: released below on
   // every failure.
-  std::vector<piece> reused;
-  if (!of_graph && !is_exportable()) reused = take_over_pending(stream, bytes);
+  std::vector<piece> pieces;
+  if (!of_graph && !is_exportable()) pieces = take_over_pending(stream, bytes);
   const auto refused = [&](CUresult status, const char* call) {
     return out_of_memory(requested, alignment, description(),
                          fmt::format("{} of {} bytes: {}", call, bytes, detail::driver_error_name(status)));
@@ -250,12 +247,12 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   // is live, a failure releases them all (taken-over memory then goes back
   // once its old range is unmapped).
   std::size_t offset = 0;
-  for (piece& each : reused) {
+  for (piece& each : pieces) {
     each.offset = offset;
     offset += each.bytes;
   }
   const auto release_pieces = [&] {
-    for (const piece& each : reused)
+    for (const piece& each : pieces)
       detail::assert_driver_success(calls.release(each.handle), "cuMemRelease", __FILE__, __LINE__);
   };
   const std::size_t missing = bytes - offset;
@@ -263,7 +260,7 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
   // The physical memory first: where the device is full, pending frees are
   // unmapped (their events waited for) and the creation tried once more.
   CUmemGenericAllocationHandle handle = 0;
-  bool exportable = is_exportable() && reused.empty();
+  bool exportable = is_exportable() && pieces.empty();
   const auto create = [&] {
     CUmemAllocationProp properties = allocation_properties(device_id(), exportable, rdma_);
     CUresult status = calls.create(&handle, missing, &properties, 0);
@@ -295,14 +292,13 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
       return fmt::format("cuMemCreate of {} bytes on device {} for {}", missing, device_id(), description());
     });
     try {
-      reused.push_back({handle, offset, missing});
+      pieces.push_back({handle, offset, missing});
     } catch (...) {
       detail::assert_driver_success(calls.release(handle), "cuMemRelease", __FILE__, __LINE__);
       release_pieces();
       throw;
     }
   }
-  std::vector<piece>& pieces = reused;  // every piece of the range now
 
   std::uintptr_t address = 0;
   try {

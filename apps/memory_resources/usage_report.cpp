@@ -2,7 +2,6 @@
 #include "usage_report.hpp"
 
 #include <cudapmr/interop/format.hpp>
-#include <cudapmr/pinned_memory_resource.hpp>
 
 #include <fmt/format.h>
 
@@ -15,14 +14,7 @@ usage_report::watch::~watch() {
     std::optional<cudapmr::pool_stats> pool;
     if (const auto* pooled = dynamic_cast<const cudapmr::pool_resource*>(&history_.upstream_resource()))
       pool = pooled->stats();
-    std::string placement;
-    if (const auto* pinned = dynamic_cast<const cudapmr::pinned_memory_resource*>(&history_.upstream_resource())) {
-      const std::optional<int> node = pinned->numa_node();
-      placement = node ? fmt::format("NUMA node {}", *node) : "any NUMA node";
-      if (!pinned->placement_note().empty()) placement += fmt::format(" ({})", pinned->placement_note());
-    }
-    report_.entries_.push_back(
-        {std::move(name_), counted_.statistics(), pool, std::move(placement), cudapmr::snapshot(counted_)});
+    report_.entries_.push_back({std::move(name_), counted_.statistics(), pool, cudapmr::snapshot(counted_)});
   } catch (...) {
     // A report line is not worth ending the program for.
   }
@@ -47,7 +39,12 @@ void usage_report::print() const {
     fmt::print("  {}\n    usage: {}\n", recorded.name, recorded.usage);
     fmt::print("    peak bytes: {} ({} events recorded)\n", recorded.usage.bytes.peak, recorded.state.events.size());
     if (recorded.pool) fmt::print("    pool:  {}\n", *recorded.pool);
-    if (!recorded.placement.empty()) fmt::print("    pages: {}\n", recorded.placement);
+    // Where pinned memory's pages are: the leaf's own report.
+    if (recorded.state.resources.empty()) continue;
+    const cudapmr::resource_state& leaf = recorded.state.resources.back();
+    if (leaf.kind != cudapmr::memory_kind::pinned) continue;
+    const std::string node = leaf.numa_node ? fmt::format("NUMA node {}", *leaf.numa_node) : "any NUMA node";
+    fmt::print("    pages: {}{}\n", node, leaf.note.empty() ? "" : fmt::format(" ({})", leaf.note));
   }
 }
 

@@ -55,8 +55,6 @@ class usage_report {
     std::string name;
     cudapmr::resource_statistics usage;
     std::optional<cudapmr::pool_stats> pool;
-    /// A host pool's NUMA node ("NUMA node 0"), or why it has none; empty for other memory.
-    std::string placement;
     cudapmr::memory_snapshot state;
   };
   [[nodiscard]] std::vector<entry> sorted_entries() const;

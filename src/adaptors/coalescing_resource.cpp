@@ -100,8 +100,8 @@ coalescing_resource::stream_pool* coalescing_resource::existing_pool(stream_ref 
 
 std::size_t coalescing_resource::segment_bytes(std::size_t size, bool small) const noexcept {
   if (small) return options_.small_segment;
-  const std::size_t in_use = std::max(recent_used_peak_, counts_.used_bytes);
-  const std::size_t wanted = std::max(size, std::min(options_.shared_large_segment, in_use / 32));
+  // The most lately in use, never below what is in use now (hand_out keeps it so).
+  const std::size_t wanted = std::max(size, std::min(options_.shared_large_segment, recent_used_peak_ / 32));
   const std::size_t granularity = options_.segment_granularity;
   return (wanted + granularity - 1) / granularity * granularity;
 }

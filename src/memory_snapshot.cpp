@@ -77,26 +77,6 @@ std::vector<stream_usage> top_streams(const std::vector<allocation_record>& bloc
   return top;
 }
 
-/// One line of what a resource holds, or none when it can tell nothing.
-std::string describe_holdings(const resource_state& state) {
-  std::string line;
-  auto add = [&line](std::string part) {
-    line += line.empty() ? "" : ", ";
-    line += part;
-  };
-  if (state.used_bytes) add(fmt::format("used {}", human_bytes(*state.used_bytes)));
-  if (state.peak_used_bytes) add(fmt::format("peak {}", human_bytes(*state.peak_used_bytes)));
-  if (state.reserved_bytes) add(fmt::format("reserved {}", human_bytes(*state.reserved_bytes)));
-  if (state.cached_bytes) add(fmt::format("cached {}", human_bytes(*state.cached_bytes)));
-  for (const stream_bytes& cached : state.cached_bytes_by_stream)
-    add(fmt::format("{} cached for stream {}", human_bytes(cached.bytes), fmt::ptr(cached.stream.get())));
-  if (state.cap_bytes) add(fmt::format("cap {}", human_bytes(*state.cap_bytes)));
-  if (state.largest_free_block) add(fmt::format("largest free block {}", human_bytes(*state.largest_free_block)));
-  if (state.numa_node) add(fmt::format("on NUMA node {}", *state.numa_node));
-  if (!state.note.empty()) add(fmt::format("note: {}", state.note));
-  return line;
-}
-
 std::string report_text(const out_of_memory_report& report) {
   std::string text = fmt::format("out-of-memory report: {} ({} bytes, alignment {}) asked on stream {} of {}\n",
                                  human_bytes(report.requested_bytes), report.requested_bytes, report.alignment,
@@ -133,6 +113,25 @@ std::string report_text(const out_of_memory_report& report) {
 }
 
 }  // namespace
+
+std::string describe_holdings(const resource_state& state) {
+  std::string line;
+  auto add = [&line](std::string part) {
+    line += line.empty() ? "" : ", ";
+    line += part;
+  };
+  if (state.used_bytes) add(fmt::format("used {}", human_bytes(*state.used_bytes)));
+  if (state.peak_used_bytes) add(fmt::format("peak {}", human_bytes(*state.peak_used_bytes)));
+  if (state.reserved_bytes) add(fmt::format("reserved {}", human_bytes(*state.reserved_bytes)));
+  if (state.cached_bytes) add(fmt::format("cached {}", human_bytes(*state.cached_bytes)));
+  for (const stream_bytes& cached : state.cached_bytes_by_stream)
+    add(fmt::format("{} cached for stream {}", human_bytes(cached.bytes), fmt::ptr(cached.stream.get())));
+  if (state.cap_bytes) add(fmt::format("cap {}", human_bytes(*state.cap_bytes)));
+  if (state.largest_free_block) add(fmt::format("largest free block {}", human_bytes(*state.largest_free_block)));
+  if (state.numa_node) add(fmt::format("on NUMA node {}", *state.numa_node));
+  if (!state.note.empty()) add(fmt::format("note: {}", state.note));
+  return line;
+}
 
 memory_snapshot snapshot(const stream_ordered_resource& top) {
   memory_snapshot taken;

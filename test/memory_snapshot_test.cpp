@@ -57,6 +57,21 @@ TEST(MemorySnapshot, ListsEveryResourceOfTheStackTopFirstWithWhatEachCanTell) {
   counted.deallocate_async(second, 2 * mebibyte, fake_stream(2));
 }
 
+TEST(MemorySnapshot, DescribesWhatAResourceHoldsInOneLineWithOnlyWhatItKnows) {
+  resource_state state;
+  EXPECT_EQ(describe_holdings(state), "") << "a resource that tells nothing";
+  state.used_bytes = mebibyte;
+  state.reserved_bytes = 32 * mebibyte;
+  state.numa_node = 1;
+  state.note = "plain host pool";
+  const std::string line = describe_holdings(state);
+  EXPECT_NE(line.find("used 1 MiB"), std::string::npos) << line;
+  EXPECT_NE(line.find("reserved 32 MiB"), std::string::npos) << line;
+  EXPECT_NE(line.find("on NUMA node 1"), std::string::npos) << line;
+  EXPECT_NE(line.find("note: plain host pool"), std::string::npos) << line;
+  EXPECT_EQ(line.find("cached"), std::string::npos) << "no cache was reported: " << line;
+}
+
 TEST(MemorySnapshot, WithoutATrackerLiveBlocksComeFromTheHistoryAndSayWhenIncomplete) {
   host_memory_resource leaf;
   history_adaptor history(leaf, {.capacity = 4});

@@ -172,9 +172,9 @@ int run(const options& chosen) {
   demo::usage_report report;
   {
     // Buffers that name no resource draw from the current device resource:
-    // here the default pool, counted for the report.
-    demo::usage_report::watch device_usage(report, fmt::format("[1] device (default pool, device {})", gpu.ordinal()),
-                                           cudapmr::default_device_resource(gpu.ordinal()));
+    // here the default stack, counted for the report.
+    demo::usage_report::watch device_usage(report, fmt::format("[1] device (default stack, device {})", gpu.ordinal()),
+                                           cudapmr::default_device_stack(gpu.ordinal()));
     const cudapmr::scoped_current_device_resource current(gpu.ordinal(), device_usage.resource());
     {
       const cudapmr::scoped_annotation section(device_usage.history(), "[1] device with pinned staging");

@@ -8,13 +8,16 @@
 #include <algorithm>
 
 namespace demo {
+namespace {
+
+/// The adaptors a watch puts over the resource: statistics, then history.
+constexpr std::size_t watch_layers = 2;
+
+}  // namespace
 
 usage_report::watch::~watch() {
   try {
-    std::optional<cudapmr::pool_stats> pool;
-    if (const auto* pooled = dynamic_cast<const cudapmr::pool_resource*>(&history_.upstream_resource()))
-      pool = pooled->stats();
-    report_.entries_.push_back({std::move(name_), counted_.statistics(), pool, cudapmr::snapshot(counted_)});
+    report_.entries_.push_back({std::move(name_), counted_.statistics(), cudapmr::snapshot(counted_)});
   } catch (...) {
     // A report line is not worth ending the program for.
   }
@@ -38,13 +41,13 @@ void usage_report::print() const {
   for (const entry& recorded : sorted_entries()) {
     fmt::print("  {}\n    usage: {}\n", recorded.name, recorded.usage);
     fmt::print("    peak bytes: {} ({} events recorded)\n", recorded.usage.bytes.peak, recorded.state.events.size());
-    if (recorded.pool) fmt::print("    pool:  {}\n", *recorded.pool);
-    // Where pinned memory's pages are: the leaf's own report.
-    if (recorded.state.resources.empty()) continue;
-    const cudapmr::resource_state& leaf = recorded.state.resources.back();
-    if (leaf.kind != cudapmr::memory_kind::pinned) continue;
-    const std::string node = leaf.numa_node ? fmt::format("NUMA node {}", *leaf.numa_node) : "any NUMA node";
-    fmt::print("    pages: {}{}\n", node, leaf.note.empty() ? "" : fmt::format(" ({})", leaf.note));
+    // Each layer of the watched resource as it reports itself (the snapshot's
+    // first two are the watch's own statistics and history adaptors).
+    const auto& layers = recorded.state.resources;
+    for (std::size_t i = watch_layers; i < layers.size(); ++i) {
+      const std::string holdings = cudapmr::describe_holdings(layers[i]);
+      fmt::print("    {}{}{}\n", layers[i].name, holdings.empty() ? "" : ": ", holdings);
+    }
   }
 }
 

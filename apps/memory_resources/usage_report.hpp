@@ -1,16 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The demo's --report: peak and current usage of each resource it draws from,
-// counted by statistics adaptors, the reserve of each resource's pool and
-// where a pinned pool's pages are;
+// counted by statistics adaptors, and what each of its layers holds as it
+// reports itself (a pool's reserve, a cache, where a pinned pool's pages are);
 // each resource's history and state for --snapshot and --trace.
 
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
 #include <cudapmr/memory_snapshot.hpp>
-#include <cudapmr/pool_resource.hpp>
 
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +52,6 @@ class usage_report {
   struct entry {
     std::string name;
     cudapmr::resource_statistics usage;
-    std::optional<cudapmr::pool_stats> pool;
     cudapmr::memory_snapshot state;
   };
   [[nodiscard]] std::vector<entry> sorted_entries() const;

@@ -72,4 +72,9 @@ struct resource_state {
   std::string note;
 };
 
+/// What `state` holds, in one line for people ("used 1 MiB, reserved 32 MiB,
+/// cached 4 MiB, on NUMA node 0"): its known quantities only, empty when it
+/// tells nothing. The out-of-memory report and the demo's `--report` print it.
+[[nodiscard]] std::string describe_holdings(const resource_state& state);
+
 }  // namespace cudapmr

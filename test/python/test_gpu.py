@@ -300,6 +300,18 @@ def test_torch_pluggable_allocator_with_mem_pool():
     assert plugin.last_error() == ""
 
 
+@pytest.mark.parametrize("scenario", ["record_stream", "empty_cache", "memory_fraction", "statistics", "capture"])
+def test_torch_current_allocator(scenario):
+    needs("torch")
+    run_child("torch_routes.py", scenario)
+
+
+@pytest.mark.parametrize("scenario", ["pool_graph", "pool_statistics", "pool_compile"])
+def test_torch_mem_pool(scenario):
+    needs("torch")
+    run_child("torch_routes.py", scenario)
+
+
 def test_argument_errors_on_gpu(stream):
     with pytest.raises(ValueError):
         cudapmr.DeviceMemoryResource(cudapmr.device_count() + 5)

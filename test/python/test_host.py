@@ -422,6 +422,41 @@ def test_torch_free_returns_memory_to_the_resource_that_allocated_it():
         cudapmr._cudapmr._torch_set_resource(6, None)
 
 
+def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
+    import ctypes
+
+    malloc, free = torch_entry_points()
+    library = ctypes.CDLL(cudapmr._cudapmr.__file__)
+    record = library.cudapmr_torch_record_stream
+    record.restype, record.argtypes = None, [ctypes.c_void_p, ctypes.c_void_p]
+    fraction = library.cudapmr_torch_set_memory_fraction
+    fraction.restype, fraction.argtypes = None, [ctypes.c_double, ctypes.c_int]
+    host = cudapmr.HostMemoryResource()
+    cudapmr._cudapmr._torch_set_resource(7, host)
+    try:
+        pointer = malloc(512, 7, None)
+        record(pointer, None)  # the stream it was allocated on: nothing to wait for
+        assert cudapmr._cudapmr._torch_bridge_state(7)["blocks_used_on_other_streams"] == 0
+        record(pointer, 0x1000)
+        record(pointer, 0x1000)  # once is enough
+        record(0x10, 0x1000)  # not handed out here: ignored
+        state = cudapmr._cudapmr._torch_bridge_state(7)
+        assert (state["bytes"], state["peak_bytes"], state["blocks"], state["blocks_used_on_other_streams"]) == (
+            512, 512, 1, 1)
+        # Device 7 does not exist, so the free cannot be ordered on the streams: it still frees, after a wait.
+        free(pointer, 512, 7, None)
+        assert host.used_bytes == 0 and cudapmr._cudapmr._torch_bridge_state(7)["bytes"] == 0
+        cudapmr._cudapmr._torch_reset_peak(7)
+        assert cudapmr._cudapmr._torch_bridge_state(7)["peak_bytes"] == 0
+        fraction(1.5, 7)
+        assert "memory fraction 1.5" in cudapmr._cudapmr._torch_last_error()
+        assert cudapmr._cudapmr._torch_bridge_state(7)["memory_fraction"] == 1.0
+    finally:
+        cudapmr._cudapmr._torch_set_resource(7, None)
+    with pytest.raises(ValueError, match="device 99"):
+        cudapmr._cudapmr._torch_bridge_state(99)
+
+
 def test_bad_alignment_names_the_value(host):
     with pytest.raises(ValueError, match="alignment 3"):
         host.allocate_raw(10, alignment=3)

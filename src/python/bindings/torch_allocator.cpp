@@ -1,18 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C entry points that torch.cuda.memory.CUDAPluggableAllocator loads from
 // this module's file: allocations of each device go to the cudapmr resource
-// registered for it from Python (cudapmr.torch). They live in the module
-// itself so that the registry is the one Python sets, with no second copy of
-// the library in the process.
+// registered for it from Python (cudapmr.torch), and the optional hooks
+// (record_stream, empty_cache, the memory fraction) act on them. They live in
+// the module itself so that the registry is the one Python sets, with no
+// second copy of the library in the process.
 #include "bindings.hpp"
 
+#include <cudapmr/device.hpp>
+#include <cudapmr/error.hpp>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nanobind/stl/string.h>
 
@@ -27,11 +34,42 @@ constexpr int max_devices = 64;
 /// The resource of each device; null where none is registered.
 std::array<std::atomic<stream_ordered_resource*>, max_devices> torch_resources{};
 
-/// The resource each block came from: a block goes back there even after
-/// another resource is registered for its device. Registered resources are
-/// never destroyed, so the pointers stay valid.
-std::mutex owners_mutex;
-std::unordered_map<void*, stream_ordered_resource*> owners;
+/// What the bridge knows of a block it handed to PyTorch: the resource it came
+/// from (it goes back there even after another is registered for its device;
+/// registered resources are never destroyed, so the pointer stays valid), its
+/// device and stream, and the other streams record_stream named.
+struct torch_block {
+  stream_ordered_resource* resource = nullptr;
+  std::size_t bytes = 0;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<cudaStream_t> used_on;
+};
+std::mutex blocks_mutex;
+std::unordered_map<void*, torch_block> blocks;
+
+/// Bytes each device's blocks hold, and the most they held.
+std::array<std::atomic<std::size_t>, max_devices> bytes_in_use{};
+std::array<std::atomic<std::size_t>, max_devices> peak_bytes{};
+
+void raise_peak(std::size_t slot, std::size_t held) noexcept {
+  std::size_t peak = peak_bytes[slot].load(std::memory_order_relaxed);
+  while (held > peak && !peak_bytes[slot].compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
+  }
+}
+
+/// The memory fraction PyTorch set for a device and the bytes it allows
+/// (the largest size_t where none was set).
+struct memory_fraction {
+  std::atomic<double> fraction{1.0};
+  std::atomic<std::size_t> cap{std::numeric_limits<std::size_t>::max()};
+};
+std::array<memory_fraction, max_devices> fractions;
+
+/// Counts of the hooks' work, for cudapmr.torch's statistics.
+std::atomic<std::uint64_t> refused_allocations{0};
+std::atomic<std::uint64_t> frees_after_other_streams{0};
+std::atomic<std::uint64_t> empty_cache_calls{0};
 
 /// The message of the last refused allocation or free, for Python to show.
 std::mutex last_error_mutex;
@@ -42,6 +80,8 @@ stream_ordered_resource* resource_of(int device) noexcept {
   return torch_resources[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
 }
 
+bool valid_device(int device) noexcept { return device >= 0 && device < max_devices; }
+
 void remember_failure(const std::string& message) noexcept {
   try {
     const std::lock_guard lock(last_error_mutex);
@@ -49,6 +89,58 @@ void remember_failure(const std::string& message) noexcept {
   } catch (...) {
   }
   std::fprintf(stderr, "cudapmr torch allocator: %s\n", message.c_str());
+}
+
+/// A stream of `device` for frees that wait on other streams, made on first
+/// use and kept for the process (PyTorch frees as late as interpreter exit).
+cudaStream_t side_stream(int device) {
+  static std::array<std::atomic<cudaStream_t>, max_devices> streams{};
+  static std::mutex making;
+  std::atomic<cudaStream_t>& slot = streams[static_cast<std::size_t>(device)];
+  if (cudaStream_t made = slot.load(std::memory_order_acquire)) return made;
+  const std::lock_guard lock(making);
+  if (cudaStream_t made = slot.load(std::memory_order_acquire)) return made;
+  cudaStream_t made = nullptr;
+  CUDAPMR_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+  slot.store(made, std::memory_order_release);
+  return made;
+}
+
+/// Makes `waiting` wait for the work queued on `stream` so far.
+void wait_for(cudaStream_t waiting, cudaStream_t stream) {
+  cudaEvent_t event = nullptr;
+  CUDAPMR_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(event, stream);
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiting, event, 0) : recorded;
+  static_cast<void>(cudaEventDestroy(event));  // released once the wait is done
+  CUDAPMR_CHECK(waited);
+}
+
+/// Frees a block that record_stream said other streams use, once their work
+/// queued so far is done as well as the freeing stream's: on the device's side
+/// stream, which waits for all of them, so that the freeing stream itself
+/// waits for nothing. A free on a stream being captured goes in stream order
+/// there (the graph's own order).
+void free_after_uses(void* pointer, const torch_block& block, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    block.resource->deallocate_async(pointer, block.bytes, stream);
+    return;
+  }
+  try {
+    const detail::scoped_device on_device(block.device);
+    const cudaStream_t side = side_stream(block.device);
+    wait_for(side, stream);
+    for (cudaStream_t used : block.used_on) wait_for(side, used);
+    block.resource->deallocate_async(pointer, block.bytes, side);
+    frees_after_other_streams.fetch_add(1, std::memory_order_relaxed);
+  } catch (const std::exception& error) {
+    // No way to order the free after the other streams: wait for the device, then free.
+    remember_failure(std::string("a free after record_stream could not be ordered (") + error.what() +
+                     "): the device is synchronized first");
+    static_cast<void>(cudaDeviceSynchronize());
+    block.resource->deallocate_async(pointer, block.bytes, stream);
+  }
 }
 
 }  // namespace
@@ -70,65 +162,199 @@ void bind_torch_allocator(nb::module_& module) {
         torch_resources[static_cast<std::size_t>(device)].store(resource, std::memory_order_release);
       },
       "device_id"_a, "resource"_a.none());
+  module.def(
+      "_torch_resource",
+      [](int device) -> stream_ordered_resource* { return resource_of(device); }, "device_id"_a,
+      nb::rv_policy::reference);
   module.def("_torch_last_error", [] {
     const std::lock_guard lock(last_error_mutex);
     return last_error;
   });
+  module.def(
+      "_torch_reset_peak",
+      [](int device) {
+        if (!valid_device(device)) throw nb::value_error(("device " + std::to_string(device) + " is out of range").c_str());
+        const auto slot = static_cast<std::size_t>(device);
+        peak_bytes[slot].store(bytes_in_use[slot].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      },
+      "device_id"_a);
+  module.def(
+      "_torch_bridge_state",
+      [](int device) {
+        if (!valid_device(device))
+          throw nb::value_error(("device " + std::to_string(device) + " is outside 0.." +
+                                 std::to_string(max_devices - 1))
+                                    .c_str());
+        const auto slot = static_cast<std::size_t>(device);
+        std::size_t blocks_held = 0;
+        std::size_t blocks_with_other_streams = 0;
+        {
+          const std::lock_guard lock(blocks_mutex);
+          for (const auto& [pointer, block] : blocks) {
+            if (block.device != device) continue;
+            ++blocks_held;
+            if (!block.used_on.empty()) ++blocks_with_other_streams;
+          }
+        }
+        nb::dict state;
+        state["bytes"] = bytes_in_use[slot].load(std::memory_order_relaxed);
+        state["peak_bytes"] = peak_bytes[slot].load(std::memory_order_relaxed);
+        state["blocks"] = blocks_held;
+        state["blocks_used_on_other_streams"] = blocks_with_other_streams;
+        state["memory_fraction"] = fractions[slot].fraction.load(std::memory_order_relaxed);
+        const std::size_t cap = fractions[slot].cap.load(std::memory_order_relaxed);
+        state["cap_bytes"] = cap == std::numeric_limits<std::size_t>::max() ? nb::none() : nb::cast(cap);
+        state["refused_allocations"] = refused_allocations.load(std::memory_order_relaxed);
+        state["frees_after_other_streams"] = frees_after_other_streams.load(std::memory_order_relaxed);
+        state["empty_cache_calls"] = empty_cache_calls.load(std::memory_order_relaxed);
+        return state;
+      },
+      "device_id"_a);
 }
 
 }  // namespace cudapmr::python
 
 /// Allocates `bytes` on `device` in stream order on `stream` from the
-/// registered resource; null (with a message on stderr) when it refuses or
-/// none is registered. Never throws.
+/// registered resource; null (with a message on stderr and in last_error)
+/// when it refuses, when the memory fraction PyTorch set would be passed, or
+/// when none is registered. Never throws.
 extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std::size_t bytes, int device,
                                                                               cudaStream_t stream) {
-  cudapmr::stream_ordered_resource* resource = cudapmr::python::resource_of(device);
+  namespace bridge = cudapmr::python;
+  cudapmr::stream_ordered_resource* resource = bridge::resource_of(device);
   if (resource == nullptr) {
-    cudapmr::python::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
-                                      " (cudapmr.torch.allocator(resource) registers one)");
+    bridge::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
+                             " (cudapmr.torch.allocator(resource) registers one)");
     return nullptr;
   }
+  const auto slot = static_cast<std::size_t>(device);
   void* pointer = nullptr;
   try {
-    pointer = resource->allocate_async(bytes, stream);
-    if (pointer != nullptr) {
-      const std::lock_guard lock(cudapmr::python::owners_mutex);
-      cudapmr::python::owners.emplace(pointer, resource);
+    const std::size_t cap = bridge::fractions[slot].cap.load(std::memory_order_relaxed);
+    const std::size_t held = bridge::bytes_in_use[slot].fetch_add(bytes, std::memory_order_relaxed);
+    if (held > cap || bytes > cap - held) {
+      bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
+      bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
+      bridge::remember_failure("allocating " + std::to_string(bytes) + " bytes on device " + std::to_string(device) +
+                               " would pass the memory fraction " +
+                               std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) + " (" +
+                               std::to_string(cap) + " bytes; " + std::to_string(held) + " held)");
+      return nullptr;
+    }
+    try {
+      pointer = resource->allocate_async(bytes, stream);
+      if (pointer != nullptr) {
+        const std::lock_guard lock(bridge::blocks_mutex);
+        bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}});
+        bridge::raise_peak(slot, held + bytes);
+      }
+    } catch (...) {
+      if (pointer != nullptr) resource->deallocate_async(pointer, bytes, stream);  // its record could not be made
+      bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
+      throw;
     }
     return pointer;
   } catch (const std::exception& error) {
-    if (pointer != nullptr) resource->deallocate_async(pointer, bytes, stream);  // its owner could not be recorded
-    cudapmr::python::remember_failure(error.what());
+    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
+    bridge::remember_failure(error.what());
   } catch (...) {
-    cudapmr::python::remember_failure("unknown error allocating " + std::to_string(bytes) + " bytes");
+    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
+    bridge::remember_failure("unknown error allocating " + std::to_string(bytes) + " bytes");
   }
   return nullptr;
 }
 
 /// Frees in stream order on `stream`, into the resource that allocated it,
-/// what cudapmr_torch_malloc gave; another pointer is left alone, with a
-/// message on stderr. Never throws.
+/// what cudapmr_torch_malloc gave, after the work of every stream
+/// record_stream named; another pointer is left alone, with a message on
+/// stderr. Never throws.
 extern "C" __attribute__((visibility("default"))) void cudapmr_torch_free(void* pointer, std::size_t bytes,
                                                                            int device, cudaStream_t stream) {
+  namespace bridge = cudapmr::python;
   if (pointer == nullptr) return;
-  cudapmr::stream_ordered_resource* resource = nullptr;
+  bridge::torch_block block;
+  bool found = false;
   {
-    const std::lock_guard lock(cudapmr::python::owners_mutex);
-    if (const auto found = cudapmr::python::owners.find(pointer); found != cudapmr::python::owners.end()) {
-      resource = found->second;
-      cudapmr::python::owners.erase(found);
+    const std::lock_guard lock(bridge::blocks_mutex);
+    if (auto entry = bridge::blocks.find(pointer); entry != bridge::blocks.end()) {
+      block = std::move(entry->second);
+      bridge::blocks.erase(entry);
+      found = true;
     }
   }
-  if (resource == nullptr) {
+  if (!found) {
     try {
-      cudapmr::python::remember_failure("cudapmr_torch_free: " + std::to_string(bytes) + " bytes at " +
-                                        std::to_string(reinterpret_cast<std::uintptr_t>(pointer)) + " on device " +
-                                        std::to_string(device) +
-                                        " were not allocated by cudapmr_torch_malloc; not freed");
+      bridge::remember_failure("cudapmr_torch_free: " + std::to_string(bytes) + " bytes at " +
+                               std::to_string(reinterpret_cast<std::uintptr_t>(pointer)) + " on device " +
+                               std::to_string(device) + " were not allocated by cudapmr_torch_malloc; not freed");
     } catch (...) {  // no memory for the message: the pointer is still left alone
     }
     return;
   }
-  resource->deallocate_async(pointer, bytes, stream);
+  bridge::bytes_in_use[static_cast<std::size_t>(block.device)].fetch_sub(block.bytes, std::memory_order_relaxed);
+  if (block.used_on.empty()) return block.resource->deallocate_async(pointer, block.bytes, stream);
+  bridge::free_after_uses(pointer, block, stream);
+}
+
+/// PyTorch's record_stream hook: the block at `pointer` is used on `stream`
+/// too, so its free waits for the work queued there up to the free. The
+/// stream it was allocated on, a repeated stream and a pointer not handed out
+/// here are ignored. Never throws.
+extern "C" __attribute__((visibility("default"))) void cudapmr_torch_record_stream(void* pointer,
+                                                                                    cudaStream_t stream) {
+  namespace bridge = cudapmr::python;
+  try {
+    const std::lock_guard lock(bridge::blocks_mutex);
+    const auto entry = bridge::blocks.find(pointer);
+    if (entry == bridge::blocks.end() || entry->second.stream == stream) return;
+    std::vector<cudaStream_t>& used_on = entry->second.used_on;
+    if (std::find(used_on.begin(), used_on.end(), stream) == used_on.end()) used_on.push_back(stream);
+  } catch (const std::exception& error) {
+    bridge::remember_failure(std::string("record_stream could not be recorded: ") + error.what());
+  }
+}
+
+/// PyTorch's empty_cache hook: every registered resource gives back what it
+/// holds unused (`trim`, down its stack) after the device's work is done.
+/// Never throws; a failure is in last_error.
+extern "C" __attribute__((visibility("default"))) void cudapmr_torch_empty_cache() {
+  namespace bridge = cudapmr::python;
+  bridge::empty_cache_calls.fetch_add(1, std::memory_order_relaxed);
+  std::vector<cudapmr::stream_ordered_resource*> trimmed;
+  for (int device = 0; device < bridge::max_devices; ++device) {
+    cudapmr::stream_ordered_resource* resource = bridge::resource_of(device);
+    if (resource == nullptr || std::find(trimmed.begin(), trimmed.end(), resource) != trimmed.end()) continue;
+    try {
+      trimmed.push_back(resource);
+      const cudapmr::detail::scoped_device on_device(device);
+      CUDAPMR_CHECK(cudaDeviceSynchronize());  // frees on any of PyTorch's streams must land first
+      resource->trim(cudapmr::stream_ref(cudaStreamLegacy));
+    } catch (const std::exception& error) {
+      bridge::remember_failure("empty_cache on device " + std::to_string(device) + ": " + error.what());
+    }
+  }
+}
+
+/// PyTorch's memory fraction hook: the blocks of `device` may hold at most
+/// `fraction` of its memory; later allocations past it are refused. Never
+/// throws; a failure (a bad device or fraction) is in last_error.
+extern "C" __attribute__((visibility("default"))) void cudapmr_torch_set_memory_fraction(double fraction,
+                                                                                          int device) {
+  namespace bridge = cudapmr::python;
+  try {
+    if (!bridge::valid_device(device) || !(fraction >= 0.0 && fraction <= 1.0))
+      throw std::invalid_argument("memory fraction " + std::to_string(fraction) + " for device " +
+                                  std::to_string(device) + ": need a fraction in [0, 1] and a device in 0.." +
+                                  std::to_string(bridge::max_devices - 1));
+    const cudapmr::detail::scoped_device on_device(device);
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    CUDAPMR_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const auto slot = static_cast<std::size_t>(device);
+    bridge::fractions[slot].fraction.store(fraction, std::memory_order_relaxed);
+    bridge::fractions[slot].cap.store(static_cast<std::size_t>(fraction * static_cast<double>(total_bytes)),
+                                  std::memory_order_relaxed);
+  } catch (const std::exception& error) {
+    bridge::remember_failure(std::string("set_per_process_memory_fraction: ") + error.what());
+  }
 }

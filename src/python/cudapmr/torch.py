@@ -21,20 +21,48 @@ the first to be freed into the first. A registered resource lives until the
 process ends, since PyTorch may free into it as late as the interpreter's
 shutdown.
 
+As the current allocator, the hooks PyTorch offers are set and act on the
+registered resources:
+
+- ``Tensor.record_stream(s)``: the block is freed only once the work queued
+  on ``s`` up to the free is done as well (on a side stream that waits for
+  both, so the freeing stream waits for nothing);
+- ``torch.cuda.empty_cache()``: every registered resource gives back what it
+  holds unused (``trim``), after the device's work is done;
+- ``torch.cuda.set_per_process_memory_fraction(f, d)``: the blocks of device
+  ``d`` may hold at most ``f`` of its memory; past it allocations are refused.
+
+PyTorch's own statistics calls raise with a pluggable current allocator;
+``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
+``memory_reserved``, ``max_memory_reserved``, ``reset_peak_memory_stats``
+and ``memory_fraction`` here answer under PyTorch's names, from the bridge's
+counts and the registered resource's ``state()``.
+
 A refused allocation returns null to PyTorch. In a ``MemPool`` PyTorch frees
 its cached blocks, retries and then raises ``torch.OutOfMemoryError``; after
 ``change_current_allocator`` PyTorch does not check, so leave headroom (or
 use a pool). The cudapmr message is on stderr and in ``last_error()``.
 """
 
+import ctypes as _ctypes
+
 import torch as _torch
 
 from . import _cudapmr
 
-__all__ = ["allocator", "library_path", "MALLOC_NAME", "FREE_NAME", "last_error"]
+__all__ = ["allocator", "library_path", "MALLOC_NAME", "FREE_NAME", "last_error", "memory_stats", "memory_allocated",
+           "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+           "memory_fraction"]
 
 MALLOC_NAME = "cudapmr_torch_malloc"
 FREE_NAME = "cudapmr_torch_free"
+
+# PyTorch's optional hooks: the setter on its allocator object, and the entry point here.
+_HOOKS = (
+    ("set_record_stream_fn", "cudapmr_torch_record_stream"),
+    ("set_reset_fn", "cudapmr_torch_empty_cache"),
+    ("set_memory_fraction_fn", "cudapmr_torch_set_memory_fraction"),
+)
 
 def library_path():
     """The shared library that exports the entry points (the native module)."""
@@ -61,4 +89,84 @@ def allocator(resource=None, device_id=None):
     if device_id is None:  # not torch.cuda.current_device(): that initializes PyTorch's allocator
         device_id = resource.device_id if resource.device_id >= 0 else _cudapmr.current_device()
     _cudapmr._torch_set_resource(device_id, resource)
-    return _torch.cuda.memory.CUDAPluggableAllocator(library_path(), MALLOC_NAME, FREE_NAME)
+    pluggable = _torch.cuda.memory.CUDAPluggableAllocator(library_path(), MALLOC_NAME, FREE_NAME)
+    _set_hooks(pluggable.allocator())
+    return pluggable
+
+
+def _set_hooks(hooks):
+    """Sets each hook this PyTorch offers; one it lacks is left alone."""
+    library = _ctypes.CDLL(library_path())
+    for setter, entry_point in _HOOKS:
+        if hasattr(hooks, setter):
+            getattr(hooks, setter)(_ctypes.cast(getattr(library, entry_point), _ctypes.c_void_p).value)
+
+
+def _device(device):
+    if device is None:
+        return _cudapmr.current_device()
+    if isinstance(device, _torch.device):
+        return device.index if device.index is not None else _cudapmr.current_device()
+    return int(device)
+
+
+def _resource_state(device):
+    """The state of the resource registered for ``device``, or {} where none is."""
+    resource = _cudapmr._torch_resource(device)
+    return resource.state() if resource is not None else {}
+
+
+def memory_stats(device=None):
+    """PyTorch's ``memory_stats`` keys that the bridge and the registered
+    resource can answer for ``device`` (default: the current one):
+    ``allocated_bytes.all.current``/``.peak`` and ``allocation.all.current``
+    (the tensors' blocks), ``reserved_bytes.all.current``/``.peak`` (what the
+    resource holds from the device, where it says), ``num_ooms`` (refused
+    allocations), and cudapmr's own under ``cudapmr.*``."""
+    device = _device(device)
+    bridge = _cudapmr._torch_bridge_state(device)
+    state = _resource_state(device)
+    stats = {
+        "allocated_bytes.all.current": bridge["bytes"],
+        "allocated_bytes.all.peak": bridge["peak_bytes"],
+        "allocation.all.current": bridge["blocks"],
+        "num_ooms": bridge["refused_allocations"],
+        "cudapmr.blocks_used_on_other_streams": bridge["blocks_used_on_other_streams"],
+        "cudapmr.frees_after_other_streams": bridge["frees_after_other_streams"],
+        "cudapmr.empty_cache_calls": bridge["empty_cache_calls"],
+    }
+    if state.get("reserved_bytes") is not None:
+        stats["reserved_bytes.all.current"] = state["reserved_bytes"]
+    if state.get("peak_reserved_bytes") is not None:
+        stats["reserved_bytes.all.peak"] = state["peak_reserved_bytes"]
+    return stats
+
+
+def memory_allocated(device=None):
+    """Bytes the tensors of ``device`` hold through cudapmr (``torch.cuda.memory_allocated``)."""
+    return _cudapmr._torch_bridge_state(_device(device))["bytes"]
+
+
+def max_memory_allocated(device=None):
+    """The most ``memory_allocated`` was since the start or the last ``reset_peak_memory_stats``."""
+    return _cudapmr._torch_bridge_state(_device(device))["peak_bytes"]
+
+
+def memory_reserved(device=None):
+    """Bytes the registered resource holds from ``device`` (``torch.cuda.memory_reserved``); 0 where it cannot say."""
+    return _resource_state(_device(device)).get("reserved_bytes") or 0
+
+
+def max_memory_reserved(device=None):
+    """The most the registered resource held from ``device``; 0 where it cannot say."""
+    return _resource_state(_device(device)).get("peak_reserved_bytes") or 0
+
+
+def reset_peak_memory_stats(device=None):
+    """Starts ``max_memory_allocated`` again from what is allocated now."""
+    _cudapmr._torch_reset_peak(_device(device))
+
+
+def memory_fraction(device=None):
+    """The fraction set by ``torch.cuda.set_per_process_memory_fraction`` (1.0 where none was)."""
+    return _cudapmr._torch_bridge_state(_device(device))["memory_fraction"]

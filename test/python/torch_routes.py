@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: Apache-2.0
+"""cudapmr behind PyTorch, one scenario per process (PyTorch takes its
+current allocator once): run as ``python torch_routes.py SCENARIO``; it
+prints ``ok``, fails with an assertion, or exits with UNAVAILABLE where
+PyTorch or a GPU is missing.
+
+The first scenarios install ``cudapmr.torch.allocator()`` over the process's
+default stack as PyTorch's current allocator before PyTorch allocates
+anything on the GPU; the ``pool_*`` ones route a ``torch.cuda.MemPool`` to
+it, PyTorch's own allocator staying in charge."""
+
+import faulthandler
+import sys
+
+UNAVAILABLE = 3  # conftest.UNAVAILABLE
+MIB = 1 << 20
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        print("needs torch")
+        sys.exit(UNAVAILABLE)
+    if not torch.cuda.is_available():
+        print("needs a CUDA device")
+        sys.exit(UNAVAILABLE)
+    return torch
+
+
+def install():
+    """cudapmr's default stack as PyTorch's current allocator."""
+    torch = import_torch()
+    import cudapmr.torch as plugin
+
+    torch.cuda.memory.change_current_allocator(plugin.allocator())
+    return torch, plugin
+
+
+def mem_pool():
+    """A MemPool whose segments come from the default stack, counted."""
+    torch = import_torch()
+    import cudapmr
+    import cudapmr.torch as plugin
+
+    counted = cudapmr.StatisticsAdaptor(cudapmr.default_device_stack(0))
+    return torch, counted, torch.cuda.MemPool(plugin.allocator(counted).allocator())
+
+
+def record_stream():
+    """A tensor read on a second stream is not handed out again before that
+    stream's work is done: the next tensor on the first stream would overwrite
+    it while the second still reads. Without record_stream the block is reused
+    at once (the control), which is what makes the check able to fail."""
+    torch, plugin = install()
+    count = 16 * MIB // 4
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+
+    def read_late_on_side(source):
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # the side stream reads long after the free
+            return source * 2
+
+    # Control: no record_stream, the block goes straight back to the main stream's cache.
+    source = torch.ones(count, device="cuda")
+    address = source.data_ptr()
+    doubled = read_late_on_side(source)
+    del source
+    reused = torch.empty(count, device="cuda")
+    control_reused = reused.data_ptr() == address
+    side.synchronize()
+    del reused, doubled
+    torch.cuda.synchronize()
+
+    source = torch.ones(count, device="cuda")
+    doubled = read_late_on_side(source)
+    source.record_stream(side)
+    assert plugin.memory_stats()["cudapmr.blocks_used_on_other_streams"] == 1
+    del source
+    overwriting = torch.full((count,), 7.0, device="cuda")  # on the main stream, at once
+    side.synchronize()
+    assert bool((doubled == 2).all()), "the side stream read a block that was handed out again"
+    del overwriting
+    assert plugin.memory_stats()["cudapmr.frees_after_other_streams"] >= 1
+    assert control_reused, "the control did not reuse the block: this check could not fail"
+    assert plugin.last_error() == ""
+
+
+def empty_cache():
+    """``torch.cuda.empty_cache()`` reaches the stack: what it holds unused goes back."""
+    torch, plugin = install()
+    blocks = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(8)]
+    del blocks
+    torch.cuda.synchronize()
+    held = plugin.memory_reserved()
+    assert held >= 512 * MIB, held
+    torch.cuda.empty_cache()
+    after = plugin.memory_reserved()
+    assert after < held // 4, (held, after)
+    assert plugin.memory_stats()["cudapmr.empty_cache_calls"] >= 1
+    assert plugin.last_error() == ""
+
+
+def memory_fraction():
+    """``set_per_process_memory_fraction`` caps what the tensors may hold:
+    within the cap allocations succeed, past it they are refused with a
+    message naming the fraction."""
+    torch, plugin = install()
+    total = torch.cuda.mem_get_info()[1]
+    torch.cuda.set_per_process_memory_fraction(0.01, 0)
+    assert plugin.memory_fraction(0) == 0.01
+    cap = int(total * 0.01)
+    within = torch.empty(cap // 2, dtype=torch.uint8, device="cuda")
+    assert plugin.memory_allocated() >= cap // 2
+    refused = None
+    try:
+        past = torch.empty(cap, dtype=torch.uint8, device="cuda")
+        refused = f"PyTorch took the refusal silently (data_ptr {past.data_ptr()})"
+    except Exception as error:  # PyTorch's type for a refusal from a pluggable allocator
+        refused = type(error).__name__
+    print(f"refusal past the fraction: {refused}", file=sys.stderr)
+    assert "memory fraction 0.01" in plugin.last_error(), plugin.last_error()
+    assert plugin.memory_stats()["num_ooms"] >= 1
+    del within
+
+
+def statistics():
+    """``cudapmr.torch``'s statistics answer under PyTorch's names."""
+    torch, plugin = install()
+    base = plugin.memory_allocated()
+    tensors = [torch.empty(n * MIB, dtype=torch.uint8, device="cuda") for n in (1, 2, 3)]
+    assert plugin.memory_allocated() - base >= 6 * MIB
+    stats = plugin.memory_stats()
+    assert stats["allocation.all.current"] >= 3
+    assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] >= 6 * MIB
+    assert plugin.memory_reserved() >= plugin.memory_allocated()
+    del tensors
+    torch.cuda.synchronize()
+    assert plugin.memory_allocated() == base
+    assert plugin.max_memory_allocated() >= base + 6 * MIB
+    plugin.reset_peak_memory_stats()
+    assert plugin.max_memory_allocated() == base
+    assert plugin.max_memory_reserved() >= plugin.memory_reserved()
+
+
+def capture():
+    """A graph that allocates, uses and frees temporaries is captured over
+    the stack and replayed 200 times with the right results and the device
+    memory the stack holds flat."""
+    torch, plugin = install()
+    count = 1 << 20
+    static_in = torch.ones(count, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as PyTorch asks
+        for _ in range(3):
+            (static_in * 2 + 1).sum()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        doubled = static_in * 2
+        shifted = doubled + 1
+        static_out = shifted.sum()
+        del doubled, shifted
+    graph.replay()
+    torch.cuda.synchronize()
+    reserved = plugin.memory_reserved()
+    for step in range(200):
+        static_in.fill_(float(step))
+        graph.replay()
+        assert float(static_out) == float(count * (2 * step + 1)), step
+    torch.cuda.synchronize()
+    assert plugin.memory_reserved() == reserved, (reserved, plugin.memory_reserved())
+    assert plugin.last_error() == ""
+
+
+def pool_graph():
+    """A graph captured into the MemPool replays 200 times with the right
+    results; its memory came from cudapmr."""
+    torch, counted, pool = mem_pool()
+    count = 1 << 20
+    static_in = torch.ones(count, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        (static_in * 2 + 1).sum()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool.id):
+        static_out = (static_in * 2 + 1).sum()
+    assert counted.statistics().bytes.current > 0, "the graph's memory did not come from cudapmr"
+    for step in range(200):
+        static_in.fill_(float(step))
+        graph.replay()
+        assert float(static_out) == float(count * (2 * step + 1)), step
+    del graph, static_out
+    torch.cuda.synchronize()
+
+
+def pool_statistics():
+    """PyTorch's statistics and snapshots see the MemPool's tensors, whose segments cudapmr holds."""
+    torch, counted, pool = mem_pool()
+    with torch.cuda.use_mem_pool(pool):
+        tensor = torch.empty(8 * MIB, dtype=torch.uint8, device="cuda")
+    assert torch.cuda.memory_allocated() >= 8 * MIB
+    assert torch.cuda.memory_stats()["allocated_bytes.all.current"] >= 8 * MIB
+    assert counted.statistics().bytes.current >= 8 * MIB
+    segments = pool.snapshot()
+    assert sum(segment["total_size"] for segment in segments) >= 8 * MIB, segments
+    assert any(segment["total_size"] >= 8 * MIB for segment in torch.cuda.memory_snapshot())
+    del tensor
+    torch.cuda.synchronize()
+
+
+def pool_compile():
+    """``torch.compile(mode="reduce-overhead")`` runs in a process whose tensors come from the MemPool."""
+    torch, counted, pool = mem_pool()
+    with torch.cuda.use_mem_pool(pool):
+        weight = torch.randn(256, 256, device="cuda")
+    step = torch.compile(lambda x: torch.relu(x @ weight) + 1, mode="reduce-overhead")
+    x = torch.randn(64, 256, device="cuda")
+    for _ in range(4):
+        out = step(x)
+    expected = torch.relu(x @ weight) + 1
+    assert torch.allclose(out, expected, atol=1e-3), float((out - expected).abs().max())
+    assert counted.statistics().bytes.current >= 256 * 256 * 4
+
+
+SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, statistics, capture,
+                                                          pool_graph, pool_statistics, pool_compile)}
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(240, exit=True)
+    SCENARIOS[sys.argv[1]]()
+    print("ok")

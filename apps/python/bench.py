@@ -171,25 +171,33 @@ def allocation_table(pairs, repeats):
 
 
 TRAINING = r"""
-import json, sys, time, torch
+import contextlib, json, sys, time, torch
 mode, steps = sys.argv[1], int(sys.argv[2])
-on_malloc = mode in ("cudapmr-cache-malloc", "cudapmr-coalescing")
-if mode != "torch":
+on_malloc = mode == "cudapmr-coalescing"
+routed = contextlib.nullcontext()
+if mode.startswith("cudapmr"):
     import cudapmr, cudapmr.torch
-    leaf = cudapmr.DeviceMallocResource(0) if on_malloc else cudapmr.DeviceMemoryResource(0)
-    if mode == "cudapmr-pool":
-        resource = leaf
-    elif mode == "cudapmr-coalescing":
+    if mode.startswith("cudapmr-stack"):
+        resource = leaf = cudapmr.default_device_stack(0)
+    elif on_malloc:
+        leaf = cudapmr.DeviceMallocResource(0)
         resource = cudapmr.CoalescingResource(leaf)
     else:
+        leaf = cudapmr.DeviceMemoryResource(0)
         resource = cudapmr.CachingResource(leaf)
-    torch.cuda.memory.change_current_allocator(cudapmr.torch.allocator(resource))
+    allocator = cudapmr.torch.allocator(resource)
+    if mode == "cudapmr-stack-mempool":  # PyTorch's allocator in charge, its segments from the stack
+        pool = torch.cuda.MemPool(allocator.allocator())
+        routed = torch.cuda.use_mem_pool(pool)
+    else:
+        torch.cuda.memory.change_current_allocator(allocator)
 free, total = torch.cuda.mem_get_info(0)  # initializes CUDA (after the allocator is chosen)
 baseline = device_peak = total - free
 def sample():
     global device_peak
     free, total = torch.cuda.mem_get_info(0)
     device_peak = max(device_peak, total - free)
+routed.__enter__()  # the whole run inside the MemPool, where there is one
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
                             torch.nn.Linear(4096, 1024)).cuda()
@@ -207,9 +215,11 @@ for i in range(steps):
     times.append(time.perf_counter() - start)
     sample()
 times.sort()
-if on_malloc:
+if mode.startswith("cudapmr-stack"):
+    reserved, source = leaf.state()["peak_reserved_bytes"], "the stack's peak_reserved_bytes"
+elif on_malloc:
     reserved, source = leaf.allocated_bytes_high, "DeviceMallocResource allocated_bytes_high"
-elif mode != "torch":
+elif mode.startswith("cudapmr"):
     reserved, source = leaf.statistics().reserved_high, "CUDA pool reserved_high"
 else:
     reserved, source = torch.cuda.max_memory_reserved(), "torch.cuda.max_memory_reserved"
@@ -232,17 +242,23 @@ def training_table(steps, rounds):
     print("once CUDA was initialized. Peak reserved is each allocator's own count of what it took from CUDA.\n")
     print("| allocator | median step (ms) | peak device memory (MiB) | peak reserved (MiB) | reserved as counted by |")
     print("|---|---:|---:|---:|---|")
-    names = {"torch": "PyTorch caching allocator", "cudapmr-pool": "cudapmr DeviceMemoryResource (pluggable)",
-             "cudapmr-cache": "cudapmr CachingResource over it (pluggable)",
-             "cudapmr-cache-malloc": "cudapmr CachingResource over DeviceMallocResource (pluggable)",
-             "cudapmr-coalescing": "cudapmr CoalescingResource over DeviceMallocResource (pluggable)"}
+    names = {"torch": "PyTorch caching allocator",
+             "torch-expandable": "PyTorch caching allocator, expandable_segments:True",
+             "cudapmr-stack": "cudapmr default_device_stack (current allocator)",
+             "cudapmr-stack-mempool": "cudapmr default_device_stack under a MemPool",
+             "cudapmr-cache": "cudapmr CachingResource over DeviceMemoryResource (current allocator)",
+             "cudapmr-coalescing": "cudapmr CoalescingResource over DeviceMallocResource (current allocator)"}
     # Fresh processes, alternating the allocators round by round; medians of the rounds.
     runs = {mode: [] for mode in names}
     failed = False
     for _ in range(rounds):
         for mode in names:
+            environment = dict(os.environ)
+            environment.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            if mode == "torch-expandable":
+                environment["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
             run = subprocess.run([sys.executable, "-c", TRAINING, mode, str(steps)], capture_output=True, text=True,
-                                 env=dict(os.environ))
+                                 env=environment)
             lines = run.stdout.strip().splitlines()
             if run.returncode != 0 or not lines:
                 why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"
@@ -260,13 +276,17 @@ def training_table(steps, rounds):
         results[mode] = result
         print(f"| {names[mode]} | {result['median_ms']:.3f} | {result['device_peak'] / MIB:,.1f} | "
               f"{result['reserved_peak'] / MIB:,.1f} | {mode_runs[0]['reserved_source']} |")
-    if "torch" in results:
-        reference = results["torch"]
+    for reference_mode in ("torch", "torch-expandable"):
+        if reference_mode not in results:
+            continue
+        reference = results[reference_mode]
+        print()
         for mode, result in results.items():
-            if mode != "torch":
-                print(f"\n{names[mode]} / PyTorch: step time {result['median_ms'] / reference['median_ms']:.3f}, "
-                      f"peak device memory {result['device_peak'] / max(reference['device_peak'], 1):.3f}, "
-                      f"peak reserved {result['reserved_peak'] / max(reference['reserved_peak'], 1):.3f}")
+            if mode.startswith("cudapmr"):
+                print(f"{names[mode]} / {names[reference_mode]}: step time "
+                      f"{result['median_ms'] / reference['median_ms']:.3f}, peak device memory "
+                      f"{result['device_peak'] / max(reference['device_peak'], 1):.3f}, peak reserved "
+                      f"{result['reserved_peak'] / max(reference['reserved_peak'], 1):.3f}")
     return not failed and len(results) == len(names)
 
 def main():

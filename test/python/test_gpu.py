@@ -312,6 +312,11 @@ def test_torch_mem_pool(scenario):
     run_child("torch_routes.py", scenario)
 
 
+def test_one_stack_for_every_framework():
+    needs("torch")
+    run_child("torch_routes.py", "one_stack_for_all")
+
+
 def test_argument_errors_on_gpu(stream):
     with pytest.raises(ValueError):
         cudapmr.DeviceMemoryResource(cudapmr.device_count() + 5)

@@ -457,6 +457,15 @@ def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
         cudapmr._cudapmr._torch_bridge_state(99)
 
 
+def test_install_allocators_refuses_what_it_cannot_install(host):
+    with pytest.raises(ValueError, match="tensorflow"):
+        cudapmr.install_allocators(host, frameworks=["tensorflow"])
+    with pytest.raises(ValueError, match="device-accessible"):
+        cudapmr.install_allocators(host, device_id=0)
+    with pytest.raises(TypeError, match="cudapmr resource"):
+        cudapmr.install_allocators(object())
+
+
 def test_bad_alignment_names_the_value(host):
     with pytest.raises(ValueError, match="alignment 3"):
         host.allocate_raw(10, alignment=3)

@@ -228,8 +228,48 @@ def pool_compile():
     assert counted.statistics().bytes.current >= 256 * 256 * 4
 
 
+def one_stack_for_all():
+    """``cudapmr.install_allocators`` makes one counted stack the allocator of
+    CuPy, PyTorch and cuda.core; memory freed by one framework serves another
+    with no more taken from the device."""
+    torch = import_torch()
+    try:
+        import cupy
+        from cuda.core import Device
+    except ImportError as missing:
+        print(f"needs cupy and cuda.core ({missing})")
+        sys.exit(UNAVAILABLE)
+    import cudapmr
+
+    stack = cudapmr.default_device_stack(0)
+    counted = cudapmr.StatisticsAdaptor(stack)
+    outcome = cudapmr.install_allocators(counted, 0)
+    assert outcome == {"cupy": "installed", "torch": "installed", "cuda.core": "installed"}, outcome
+    from_cupy = cupy.ones(MIB, dtype=cupy.float64)  # 8 MiB
+    from_torch = torch.ones(MIB, device="cuda")  # 4 MiB
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    from_core = device.allocate(MIB, stream=stream)
+    held = counted.statistics()
+    assert held.allocations.current == 3 and held.bytes.current >= 13 * MIB, held
+    assert float(from_cupy.sum()) == float(MIB) and float(from_torch.sum()) == float(MIB)
+    del from_cupy
+    cupy.cuda.runtime.deviceSynchronize()
+    assert counted.statistics().bytes.current >= 5 * MIB and counted.statistics().allocations.current == 2
+    reserved = stack.state()["reserved_bytes"]
+    from_torch_again = torch.empty(8 * MIB, dtype=torch.uint8, device="cuda")  # CuPy's 8 MiB, on the same stream
+    torch.cuda.synchronize()
+    assert stack.state()["reserved_bytes"] == reserved, "PyTorch took new memory where CuPy's freed block would do"
+    from_core.close(stream)
+    stream.sync()
+    del from_torch, from_torch_again
+    torch.cuda.synchronize()
+    assert counted.statistics().allocations.current == 0, counted.statistics()
+
+
 SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, statistics, capture,
-                                                          pool_graph, pool_statistics, pool_compile)}
+                                                          pool_graph, pool_statistics, pool_compile, one_stack_for_all)}
 
 if __name__ == "__main__":
     faulthandler.dump_traceback_later(240, exit=True)

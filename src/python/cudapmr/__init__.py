@@ -58,5 +58,6 @@ from ._cudapmr import (
     synchronize_device,
 )
 from ._current import get_current_device_resource, set_current_device_resource
+from ._frameworks import install_allocators
 
 __all__ = [name for name in dir() if not name.startswith("_")] + ["__version__"]

@@ -1,0 +1,88 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One stack for every framework in the process: ``install_allocators``."""
+
+import importlib.util
+
+from . import _cudapmr
+
+FRAMEWORKS = ("cupy", "torch", "cuda.core")
+
+
+def _present(module_name):
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or a broken one
+        return False
+
+
+def _install_cupy(resource):
+    import cupy
+
+    from . import cupy as plugin
+
+    cupy.cuda.set_allocator(plugin.allocator(resource))
+
+
+def _install_torch(resource, device_id):
+    import torch
+
+    from . import torch as plugin
+
+    # PyTorch takes its allocator once, before its first CUDA allocation; it raises after that.
+    torch.cuda.memory.change_current_allocator(plugin.allocator(resource, device_id))
+
+
+def _install_cuda_core(resource, device_id):
+    try:
+        from cuda.core import Device
+    except ImportError:  # older cuda.core
+        from cuda.core.experimental import Device
+
+    from .cuda_core import MemoryResource
+
+    Device(device_id).memory_resource = MemoryResource(resource)
+
+
+def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
+    """Makes one cudapmr resource the device allocator of every framework
+    present in the process: CuPy (``cupy.cuda.set_allocator``), PyTorch (its
+    current allocator, with the hooks of ``cudapmr.torch``) and cuda.core
+    (the device's ``memory_resource``), so that memory one frees serves the
+    others and one report shows them all.
+
+    ``resource`` defaults to the process's ``default_device_stack`` of
+    ``device_id`` (default: the current device). Call it before the
+    frameworks allocate on the GPU: PyTorch takes its allocator once.
+
+    Returns ``{framework: outcome}``, the outcome ``"installed"``, ``"absent"``
+    (not importable here) or why it was refused (e.g. PyTorch had already
+    allocated). Raises ValueError for a framework name it does not know, or a
+    resource whose memory is not device-accessible."""
+    unknown = [name for name in frameworks if name not in FRAMEWORKS]
+    if unknown:
+        raise ValueError(f"install_allocators: unknown framework(s) {unknown}; known: {list(FRAMEWORKS)}")
+    if resource is not None and not isinstance(resource, _cudapmr.MemoryResource):
+        raise TypeError(f"install_allocators needs a cudapmr resource, not {type(resource).__name__}")
+    if device_id is None:
+        device_id = resource.device_id if resource is not None and resource.device_id >= 0 else _cudapmr.current_device()
+    if resource is None:
+        resource = _cudapmr.default_device_stack(device_id)
+    if not resource.is_device_accessible:
+        raise ValueError(f"install_allocators needs device-accessible memory; {resource.description} is not")
+    installers = {  # each imports its framework only when asked
+        "cupy": lambda: _install_cupy(resource),
+        "torch": lambda: _install_torch(resource, device_id),
+        "cuda.core": lambda: _install_cuda_core(resource, device_id),
+    }
+    modules = {"cupy": "cupy", "torch": "torch", "cuda.core": "cuda.core"}
+    outcome = {}
+    for name in frameworks:
+        if not _present(modules[name]):
+            outcome[name] = "absent"
+            continue
+        try:
+            installers[name]()
+            outcome[name] = "installed"
+        except Exception as refused:  # the framework said no: reported, the others still go on
+            outcome[name] = f"refused: {type(refused).__name__}: {refused}"
+    return outcome

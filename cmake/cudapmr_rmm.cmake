@@ -5,9 +5,14 @@
 # cudapmr_use_rmm(target). Their CMake package asks for CMake 4, so the two
 # libraries are taken as they are. RMM brings a newer CCCL than the toolkit's:
 # its headers come first in the programs that include RMM, and nothing else
-# of the project includes them.
-set(CUDAPMR_RMM_ROOT "${CUDAPMR_BENCH_RMM_ROOT}" CACHE PATH
+# of the project includes them. Such a program still links the library built
+# against the toolkit's CCCL: that holds while the CCCL types in cudapmr's
+# interface (cuda::stream_ref, one cudaStream_t) keep their layout and name.
+set(CUDAPMR_RMM_ROOT "" CACHE PATH
     "Folder with the librmm-cu13 and rapids-logger wheels unpacked (RMM's peers in the bench, the RMM example)")
+if(NOT CUDAPMR_RMM_ROOT AND CUDAPMR_BENCH_RMM_ROOT)  # the bench's earlier name for it
+  set(CUDAPMR_RMM_ROOT "${CUDAPMR_BENCH_RMM_ROOT}" CACHE PATH "" FORCE)
+endif()
 if(CUDAPMR_RMM_ROOT AND NOT TARGET cudapmr_rmm)
   find_library(CUDAPMR_RMM_LIBRARY rmm PATHS ${CUDAPMR_RMM_ROOT}/librmm/lib64 NO_DEFAULT_PATH)
   find_library(CUDAPMR_RAPIDS_LOGGER_LIBRARY rapids_logger PATHS ${CUDAPMR_RMM_ROOT}/rapids_logger/lib64

@@ -432,27 +432,28 @@ def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
     fraction = library.cudapmr_torch_set_memory_fraction
     fraction.restype, fraction.argtypes = None, [ctypes.c_double, ctypes.c_int]
     host = cudapmr.HostMemoryResource()
-    cudapmr._cudapmr._torch_set_resource(7, host)
+    cudapmr._cudapmr._torch_set_resource(63, host)  # a device no machine has
     try:
-        pointer = malloc(512, 7, None)
+        pointer = malloc(512, 63, None)
         record(pointer, None)  # the stream it was allocated on: nothing to wait for
-        assert cudapmr._cudapmr._torch_bridge_state(7)["blocks_used_on_other_streams"] == 0
+        assert cudapmr._cudapmr._torch_bridge_state(63)["blocks_used_on_other_streams"] == 0
         record(pointer, 0x1000)
         record(pointer, 0x1000)  # once is enough
         record(0x10, 0x1000)  # not handed out here: ignored
-        state = cudapmr._cudapmr._torch_bridge_state(7)
+        state = cudapmr._cudapmr._torch_bridge_state(63)
         assert (state["bytes"], state["peak_bytes"], state["blocks"], state["blocks_used_on_other_streams"]) == (
             512, 512, 1, 1)
-        # Device 7 does not exist, so the free cannot be ordered on the streams: it still frees, after a wait.
-        free(pointer, 512, 7, None)
-        assert host.used_bytes == 0 and cudapmr._cudapmr._torch_bridge_state(7)["bytes"] == 0
-        cudapmr._cudapmr._torch_reset_peak(7)
-        assert cudapmr._cudapmr._torch_bridge_state(7)["peak_bytes"] == 0
-        fraction(1.5, 7)
+        # No order can be built on streams of a device that does not exist (or with no GPU, on any
+        # stream): the free still happens, after the device is synchronized.
+        free(pointer, 512, 63, None)
+        assert host.used_bytes == 0 and cudapmr._cudapmr._torch_bridge_state(63)["bytes"] == 0
+        cudapmr._cudapmr._torch_reset_peak(63)
+        assert cudapmr._cudapmr._torch_bridge_state(63)["peak_bytes"] == 0
+        fraction(1.5, 63)
         assert "memory fraction 1.5" in cudapmr._cudapmr._torch_last_error()
-        assert cudapmr._cudapmr._torch_bridge_state(7)["memory_fraction"] == 1.0
+        assert cudapmr._cudapmr._torch_bridge_state(63)["memory_fraction"] == 1.0
     finally:
-        cudapmr._cudapmr._torch_set_resource(7, None)
+        cudapmr._cudapmr._torch_set_resource(63, None)
     with pytest.raises(ValueError, match="device 99"):
         cudapmr._cudapmr._torch_bridge_state(99)
 

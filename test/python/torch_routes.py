@@ -10,6 +10,7 @@ anything on the GPU; the ``pool_*`` ones route a ``torch.cuda.MemPool`` to
 it, PyTorch's own allocator staying in charge."""
 
 import faulthandler
+import math
 import sys
 
 UNAVAILABLE = 3  # conftest.UNAVAILABLE
@@ -92,13 +93,14 @@ def empty_cache():
     """``torch.cuda.empty_cache()`` reaches the stack: what it holds unused goes back."""
     torch, plugin = install()
     blocks = [torch.empty(64 * MIB, dtype=torch.uint8, device="cuda") for _ in range(8)]
-    del blocks
-    torch.cuda.synchronize()
     held = plugin.memory_reserved()
     assert held >= 512 * MIB, held
+    del blocks  # the stack keeps some of it for reuse
+    torch.cuda.synchronize()
+    kept = plugin.memory_reserved()
     torch.cuda.empty_cache()
     after = plugin.memory_reserved()
-    assert after < held // 4, (held, after)
+    assert after < held // 8 and after <= kept, (held, kept, after)
     assert plugin.memory_stats()["cudapmr.empty_cache_calls"] >= 1
     assert plugin.last_error() == ""
 
@@ -170,7 +172,7 @@ def capture():
     for step in range(200):
         static_in.fill_(float(step))
         graph.replay()
-        assert float(static_out) == float(count * (2 * step + 1)), step
+        assert math.isclose(float(static_out), count * (2 * step + 1), rel_tol=1e-5), step
     torch.cuda.synchronize()
     assert plugin.memory_reserved() == reserved, (reserved, plugin.memory_reserved())
     assert plugin.last_error() == ""
@@ -194,7 +196,7 @@ def pool_graph():
     for step in range(200):
         static_in.fill_(float(step))
         graph.replay()
-        assert float(static_out) == float(count * (2 * step + 1)), step
+        assert math.isclose(float(static_out), count * (2 * step + 1), rel_tol=1e-5), step
     del graph, static_out
     torch.cuda.synchronize()
 
@@ -215,8 +217,17 @@ def pool_statistics():
 
 
 def pool_compile():
-    """``torch.compile(mode="reduce-overhead")`` runs in a process whose tensors come from the MemPool."""
+    """``torch.compile(mode="reduce-overhead")`` runs in a process whose
+    tensors come from the MemPool (its CUDA graphs take their memory from
+    PyTorch's own graph pools, which no plug-in sees: what this shows is that
+    the MemPool route leaves it working, where a pluggable current allocator
+    makes it raise)."""
     torch, counted, pool = mem_pool()
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        print("needs triton for torch.compile")
+        sys.exit(UNAVAILABLE)
     with torch.cuda.use_mem_pool(pool):
         weight = torch.randn(256, 256, device="cuda")
     step = torch.compile(lambda x: torch.relu(x @ weight) + 1, mode="reduce-overhead")

@@ -17,6 +17,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -91,6 +92,16 @@ void remember_failure(const std::string& message) noexcept {
   std::fprintf(stderr, "cudapmr torch allocator: %s\n", message.c_str());
 }
 
+/// remember_failure of `first` followed by `second`, for callers that must
+/// not throw: with no memory for the message, it is printed alone.
+void remember_failure(const char* first, const char* second) noexcept {
+  try {
+    remember_failure(std::string(first) + second);
+  } catch (...) {
+    std::fprintf(stderr, "cudapmr torch allocator: %s%s\n", first, second);
+  }
+}
+
 /// A stream of `device` for frees that wait on other streams, made on first
 /// use and kept for the process (PyTorch frees as late as interpreter exit).
 cudaStream_t side_stream(int device) {
@@ -116,31 +127,63 @@ void wait_for(cudaStream_t waiting, cudaStream_t stream) {
   CUDAPMR_CHECK(waited);
 }
 
+/// Whether `stream` is being captured; nullopt where CUDA cannot say (the
+/// error is cleared, so that PyTorch's next check does not see it).
+std::optional<bool> is_capturing(cudaStream_t stream) noexcept {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return std::nullopt;
+  }
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 /// Frees a block that record_stream said other streams use, once their work
 /// queued so far is done as well as the freeing stream's: on the device's side
 /// stream, which waits for all of them, so that the freeing stream itself
-/// waits for nothing. A free on a stream being captured goes in stream order
-/// there (the graph's own order).
-void free_after_uses(void* pointer, const torch_block& block, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    block.resource->deallocate_async(pointer, block.bytes, stream);
-    return;
+/// waits for nothing. Where a stream involved is being captured, the free
+/// goes in stream order on `stream` (events on a captured stream would pull
+/// the side stream into that capture), with a note; where the order cannot
+/// be set up, the device is synchronized first. Never throws.
+void free_after_uses(void* pointer, const torch_block& block, cudaStream_t stream) noexcept {
+  bool captured = false;
+  bool known = true;
+  for (cudaStream_t involved : block.used_on) {
+    const std::optional<bool> capturing = is_capturing(involved);
+    known = known && capturing.has_value();
+    captured = captured || capturing.value_or(false);
   }
-  try {
-    const detail::scoped_device on_device(block.device);
-    const cudaStream_t side = side_stream(block.device);
-    wait_for(side, stream);
-    for (cudaStream_t used : block.used_on) wait_for(side, used);
-    block.resource->deallocate_async(pointer, block.bytes, side);
-    frees_after_other_streams.fetch_add(1, std::memory_order_relaxed);
-  } catch (const std::exception& error) {
-    // No way to order the free after the other streams: wait for the device, then free.
-    remember_failure(std::string("a free after record_stream could not be ordered (") + error.what() +
-                     "): the device is synchronized first");
-    static_cast<void>(cudaDeviceSynchronize());
-    block.resource->deallocate_async(pointer, block.bytes, stream);
+  const std::optional<bool> freeing_captured = is_capturing(stream);
+  known = known && freeing_captured.has_value();
+  captured = captured || freeing_captured.value_or(false);
+  if (captured) {
+    remember_failure("a block used on other streams (record_stream) was freed while a stream involved is being "
+                     "captured: it is freed in order on its own stream only",
+                     "");
+    return block.resource->deallocate_async(pointer, block.bytes, stream);
   }
+  if (known) {
+    try {
+      const detail::scoped_device on_device(block.device);
+      const cudaStream_t side = side_stream(block.device);
+      wait_for(side, stream);
+      for (cudaStream_t used : block.used_on) wait_for(side, used);
+      block.resource->deallocate_async(pointer, block.bytes, side);
+      frees_after_other_streams.fetch_add(1, std::memory_order_relaxed);
+      return;
+    } catch (const std::exception& error) {
+      remember_failure("a free after record_stream could not be ordered on the streams, so the device is "
+                       "synchronized first: ",
+                       error.what());
+    } catch (...) {
+      remember_failure("a free after record_stream could not be ordered on the streams: the device is synchronized "
+                       "first",
+                       "");
+    }
+  }
+  // No order to build on: once the device is idle, no stream still uses the block.
+  if (cudaDeviceSynchronize() != cudaSuccess) static_cast<void>(cudaGetLastError());
+  block.resource->deallocate_async(pointer, block.bytes, stream);
 }
 
 }  // namespace
@@ -155,6 +198,10 @@ void bind_torch_allocator(nb::module_& module) {
                                     .c_str());
         stream_ordered_resource* resource =
             resource_object.is_none() ? nullptr : &nb::cast<stream_ordered_resource&>(resource_object);
+        if (resource != nullptr && resource->device_id() >= 0 && resource->device_id() != device)
+          throw nb::value_error((resource->description() + " belongs to device " +
+                                 std::to_string(resource->device_id()) + ", not device " + std::to_string(device))
+                                    .c_str());
         // PyTorch frees into the resource whenever it drops a tensor, down to the
         // last ones collected while the interpreter shuts down: a registered
         // resource is kept for the life of the process (one reference, never dropped).
@@ -222,14 +269,14 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
                                                                               cudaStream_t stream) {
   namespace bridge = cudapmr::python;
   cudapmr::stream_ordered_resource* resource = bridge::resource_of(device);
-  if (resource == nullptr) {
-    bridge::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
-                             " (cudapmr.torch.allocator(resource) registers one)");
-    return nullptr;
-  }
-  const auto slot = static_cast<std::size_t>(device);
   void* pointer = nullptr;
   try {
+    if (resource == nullptr) {
+      bridge::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
+                               " (cudapmr.torch.allocator(resource) registers one)");
+      return nullptr;
+    }
+    const auto slot = static_cast<std::size_t>(device);
     const std::size_t cap = bridge::fractions[slot].cap.load(std::memory_order_relaxed);
     const std::size_t held = bridge::bytes_in_use[slot].fetch_add(bytes, std::memory_order_relaxed);
     if (held > cap || bytes > cap - held) {
@@ -256,10 +303,10 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
     return pointer;
   } catch (const std::exception& error) {
     bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-    bridge::remember_failure(error.what());
+    bridge::remember_failure(error.what(), "");
   } catch (...) {
     bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-    bridge::remember_failure("unknown error allocating " + std::to_string(bytes) + " bytes");
+    bridge::remember_failure("an allocation failed with an unknown error", "");
   }
   return nullptr;
 }
@@ -310,7 +357,7 @@ extern "C" __attribute__((visibility("default"))) void cudapmr_torch_record_stre
     std::vector<cudaStream_t>& used_on = entry->second.used_on;
     if (std::find(used_on.begin(), used_on.end(), stream) == used_on.end()) used_on.push_back(stream);
   } catch (const std::exception& error) {
-    bridge::remember_failure(std::string("record_stream could not be recorded: ") + error.what());
+    bridge::remember_failure("record_stream could not be recorded: ", error.what());
   }
 }
 
@@ -330,7 +377,7 @@ extern "C" __attribute__((visibility("default"))) void cudapmr_torch_empty_cache
       CUDAPMR_CHECK(cudaDeviceSynchronize());  // frees on any of PyTorch's streams must land first
       resource->trim(cudapmr::stream_ref(cudaStreamLegacy));
     } catch (const std::exception& error) {
-      bridge::remember_failure("empty_cache on device " + std::to_string(device) + ": " + error.what());
+      bridge::remember_failure("empty_cache could not trim a resource: ", error.what());
     }
   }
 }
@@ -355,6 +402,6 @@ extern "C" __attribute__((visibility("default"))) void cudapmr_torch_set_memory_
     bridge::fractions[slot].cap.store(static_cast<std::size_t>(fraction * static_cast<double>(total_bytes)),
                                   std::memory_order_relaxed);
   } catch (const std::exception& error) {
-    bridge::remember_failure(std::string("set_per_process_memory_fraction: ") + error.what());
+    bridge::remember_failure("set_per_process_memory_fraction: ", error.what());
   }
 }

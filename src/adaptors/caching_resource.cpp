@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/caching_resource.hpp"
+#include "cudapmr/detail/reclaiming_allocation.hpp"
 
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
@@ -137,27 +138,21 @@ void* caching_resource::allocate_class(std::size_t size_class, stream_ref stream
 }
 
 void* caching_resource::allocate_upstream(std::size_t bytes, std::size_t alignment, stream_ref stream) {
-  try {
-    return upstream_resource().allocate_async(bytes, alignment, stream);
-  } catch (const out_of_memory&) {
-    // More than the device has: no trim could make room, and none is worth a wait for every device.
-    if (bytes > device_memory_bytes_) throw;
-  }
-  // What the cache holds may be what the upstream lacks: first all that can go
-  // in stream order, then, after every device is idle, everything, and what
-  // the upstream itself keeps unused.
+  // More than the device has: no trim could make room, and none is worth a wait for every device.
+  if (bytes > device_memory_bytes_) return upstream_resource().allocate_async(bytes, alignment, stream);
   std::vector<detail::evicted_block> evicted;
-  cache_.evict_all_ordered(stream, evicted);
-  free_upstream(evicted);
-  try {
-    return upstream_resource().allocate_async(bytes, alignment, stream);
-  } catch (const out_of_memory&) {
-  }
-  evicted.clear();
-  cache_.drain(stream, evicted);
-  free_upstream(evicted);
-  upstream_resource().trim(stream);
-  return upstream_resource().allocate_async(bytes, alignment, stream);
+  return detail::allocate_reclaiming(
+      upstream_resource(), bytes, alignment, stream,
+      [&] {
+        cache_.evict_all_ordered(stream, evicted);
+        free_upstream(evicted);
+      },
+      [&]() -> void* {
+        evicted.clear();
+        cache_.drain(stream, evicted);
+        free_upstream(evicted);
+        return nullptr;  // whole blocks of other sizes cannot serve the request: the upstream must
+      });
 }
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/coalescing_resource.hpp"
+#include "cudapmr/detail/reclaiming_allocation.hpp"
 
 #include "cudapmr/error.hpp"
 
@@ -187,14 +188,6 @@ void* coalescing_resource::hand_out(block* taken) {
   return taken->pointer;
 }
 
-void* coalescing_resource::upstream_or_null(std::size_t bytes, stream_ref stream) {
-  try {
-    return upstream_resource().allocate_async(bytes, block_alignment, stream);
-  } catch (const out_of_memory&) {
-    return nullptr;
-  }
-}
-
 void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,
                                                      std::size_t requested, std::size_t alignment, stream_ref stream) {
   // About to hold more than ever: this stream's wholly free segments, all too
@@ -213,31 +206,34 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
     if (past_peak || over_idle) take_free_segments(&pool, bytes, outgrown);
   }
   return_upstream(outgrown, stream);
-  void* base = upstream_or_null(bytes, stream);
-  if (base == nullptr) {
-    // What this resource holds free may be what the upstream lacks: first this
-    // stream's free segments, in its order; then, with every device idle, all.
-    {
-      const std::lock_guard lock(mutex_);
-      take_free_segments(&pool, std::numeric_limits<std::size_t>::max(), outgrown);
-    }
-    return_upstream(outgrown, stream);
-    base = upstream_or_null(bytes, stream);
+  // What this resource holds free may be what the upstream lacks: first this
+  // stream's free segments, in its order; then, with every device idle, all,
+  // after which a block another stream freed may serve the request itself.
+  block* reclaimed = nullptr;
+  void* base = nullptr;
+  try {
+    base = detail::allocate_reclaiming(
+        upstream_resource(), bytes, block_alignment, stream,
+        [&] {
+          {
+            const std::lock_guard lock(mutex_);
+            take_free_segments(&pool, std::numeric_limits<std::size_t>::max(), outgrown);
+          }
+          return_upstream(outgrown, stream);
+        },
+        [&]() -> void* {
+          reclaim_all(&pool, stream);
+          const std::lock_guard lock(mutex_);
+          reclaimed = take_best_fit(pool, size, small);
+          return reclaimed != nullptr ? reclaimed->pointer : nullptr;
+        });
+  } catch (const out_of_memory& error) {
+    throw out_of_memory(requested, alignment, description(),
+                        fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
   }
-  if (base == nullptr) {
-    reclaim_all(&pool, stream);
-    {
-      // A block another stream freed may now be free in this stream's pool.
-      const std::lock_guard lock(mutex_);
-      if (block* freed = take_best_fit(pool, size, small)) return hand_out(freed);
-    }
-    upstream_resource().trim(stream);
-    try {
-      base = upstream_resource().allocate_async(bytes, block_alignment, stream);
-    } catch (const out_of_memory& error) {
-      throw out_of_memory(requested, alignment, description(),
-                          fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
-    }
+  if (reclaimed != nullptr) {  // out of the free set already: no one else can take it meanwhile
+    const std::lock_guard lock(mutex_);
+    return hand_out(reclaimed);
   }
   std::unique_lock lock(mutex_);
   try {

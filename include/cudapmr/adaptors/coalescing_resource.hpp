@@ -245,8 +245,6 @@ class coalescing_resource final : public resource_adaptor {
   [[nodiscard]] block* take_best_fit(stream_pool& pool, std::size_t size, bool small);
   /// Records `taken` as handed out; returns its pointer. Called with the lock held.
   void* hand_out(block* taken);
-  /// `bytes` from upstream on `stream`, or null when it is exhausted. Called without the lock.
-  [[nodiscard]] void* upstream_or_null(std::size_t bytes, stream_ref stream);
   /// A block of `size` from a new segment of `pool`'s stream, after giving back
   /// what the upstream may lack. Called without the lock: a callback below may free through this resource.
   [[nodiscard]] void* allocate_from_new_segment(stream_pool& pool, std::size_t size, bool small,

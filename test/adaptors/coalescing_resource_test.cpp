@@ -323,6 +323,21 @@ TEST(CoalescingResource, ExhaustionGivesBackFreeSegmentsOfEveryStreamAndRetries)
   arena.deallocate_async(again, 6 * mebibyte, fake_stream(3));
 }
 
+TEST(CoalescingResource, ExhaustionWaitsForABlockAnotherStreamFreedRatherThanFail) {
+  host_memory_resource upstream(8 * mebibyte);
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* first = arena.allocate_async(6 * mebibyte, fake_stream(3));
+  arena.deallocate_async(first, 6 * mebibyte, fake_stream(4));  // pending until stream 4 gets there
+  // No room upstream, nothing free in order: after the wait for the device
+  // the freed memory serves (its segment, or the room it leaves upstream).
+  void* again = arena.allocate_async(6 * mebibyte, fake_stream(3));
+  EXPECT_NE(again, nullptr);
+  EXPECT_EQ(ordering.device_synchronizations, 1);
+  EXPECT_EQ(upstream.used_bytes(), 6 * mebibyte) << "no second segment";
+  arena.deallocate_async(again, 6 * mebibyte, fake_stream(3));
+}
+
 TEST(CoalescingResource, ACallbackBelowThatFreesThroughTheResourceDoesNotDeadlock) {
   // A spill on allocation failure frees through the resource that is asking
   // its upstream: no upstream call may hold the lock that free needs.

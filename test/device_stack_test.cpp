@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // device_stack: the shared contract, its layers in a snapshot, memory that
 // follows what is live (its capture: capture_test.cpp).
+#include "support/gpu.hpp"
 #include "support/resource_contract.hpp"
 
 #include <cudapmr/device.hpp>
@@ -89,6 +90,52 @@ TEST(DeviceStack, AfterABurstIsFreedAndTheProgramIdlesTheLeafUnmapsItWithoutBein
   while (stack.leaf().mapped_bytes() > 64 * mebibyte && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_LE(stack.leaf().mapped_bytes(), 64 * mebibyte) << "the engine keeps at most max_idle_bytes once idle";
+}
+
+/// A burst of 16 MiB blocks to 60 % of what the device has free, all freed on `stream`.
+std::size_t freed_burst(device_stack& stack, const cudapmr::stream& stream, std::size_t free_at_start) {
+  constexpr std::size_t block = 16 * mebibyte;
+  std::vector<void*> burst;
+  std::size_t held = 0;
+  for (; held < free_at_start / 10 * 6; held += block) burst.push_back(stack.allocate_async(block, stream));
+  for (void* p : burst) stack.deallocate_async(p, block, stream);
+  stream.synchronize();
+  return held;
+}
+
+TEST(DeviceStack, AFreedBurstIsGivenBackWithinASecondForAnotherLibraryToAllocateNinetyPercent) {
+  CUDAPMR_REQUIRE_GPU();
+  if (under_compute_sanitizer()) GTEST_SKIP() << "filling the device under compute-sanitizer takes too long";
+  device_stack stack(0);  // the default idle release
+  const cudapmr::stream stream(0);
+  const std::size_t free_at_start = device(0).free_memory();
+  const std::size_t burst = freed_burst(stack, stream, free_at_start);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LE(stack.leaf().mapped_bytes(), burst / 20) << "more than 5 % of the burst is still held after 1 s idle";
+  void* other_library = nullptr;  // cudaMalloc, which knows nothing of the stack
+  const std::size_t request = free_at_start / 10 * 9;
+  EXPECT_EQ(cudaMalloc(&other_library, request), cudaSuccess) << request << " bytes after the stack gave back";
+  if (other_library != nullptr) {
+    EXPECT_EQ(cudaFree(other_library), cudaSuccess);
+  }
+  static_cast<void>(cudaGetLastError());
+}
+
+TEST(DeviceStack, ItsOwnNinetyPercentRequestSucceedsWhateverItHadCached) {
+  CUDAPMR_REQUIRE_GPU();
+  if (under_compute_sanitizer()) GTEST_SKIP() << "filling the device under compute-sanitizer takes too long";
+  device_stack stack(0, {.idle_release = std::chrono::milliseconds(0)});  // no idle thread: all stays cached
+  const cudapmr::stream stream(0);
+  const std::size_t free_at_start = device(0).free_memory();
+  static_cast<void>(freed_burst(stack, stream, free_at_start));
+  EXPECT_GT(stack.leaf().mapped_bytes(), 64 * mebibyte) << "the burst was to be kept in part";
+  const std::size_t request = free_at_start / 10 * 9;
+  void* whole = nullptr;
+  EXPECT_NO_THROW(whole = stack.allocate_async(request, stream));
+  if (whole != nullptr) {
+    stack.deallocate_async(whole, request, stream);
+  }
+  stack.trim(stream);
 }
 
 TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {

@@ -292,6 +292,73 @@ def training_table(steps, rounds):
                       f"{result['reserved_peak'] / max(reference['reserved_peak'], 1):.3f}")
     return not failed and len(results) == len(names)
 
+MIXED = r"""
+import json, sys, time
+mode = sys.argv[1]
+import cupy, torch
+if mode == "one-stack":
+    import cudapmr
+    outcome = cudapmr.install_allocators(frameworks=("cupy", "torch"))
+    assert set(outcome.values()) == {"installed"}, outcome
+free, total = torch.cuda.mem_get_info(0)
+baseline = device_peak = total - free
+def sample():
+    global device_peak
+    free, total = torch.cuda.mem_get_info(0)
+    device_peak = max(device_peak, total - free)
+sizes = [(16 + 37 * i % 240) << 20 for i in range(24)]  # 16..255 MiB, about 3 GiB a phase
+start = time.perf_counter()
+for round in range(4):
+    arrays = [cupy.ones(size // 4, dtype=cupy.float32) for size in sizes]  # CuPy's phase
+    total_cupy = sum(float(a[-1]) for a in arrays)
+    cupy.cuda.runtime.deviceSynchronize(); sample()
+    del arrays
+    tensors = [torch.ones(size // 4, device="cuda") for size in reversed(sizes)]  # PyTorch's phase
+    total_torch = sum(float(t[-1]) for t in tensors)
+    torch.cuda.synchronize(); sample()
+    del tensors
+    assert total_cupy == total_torch == len(sizes)
+elapsed = time.perf_counter() - start
+print(json.dumps({"seconds": elapsed, "device_peak": device_peak - baseline}))
+"""
+
+
+def mixed_frameworks_table(rounds):
+    """CuPy and PyTorch in one process, alternating phases of about 3 GiB each:
+    each framework on its own pool against both on cudapmr's one stack."""
+    try:
+        import cupy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as missing:
+        print(f"\nnote: the mixed CuPy + PyTorch workload is left out ({missing})")
+        return True
+    names = {"own-pools": "CuPy's MemoryPool and PyTorch's caching allocator, each its own",
+             "one-stack": "both on cudapmr's default stack (install_allocators)"}
+    runs = {mode: [] for mode in names}
+    failed = False
+    for _ in range(rounds):
+        for mode in names:
+            run = subprocess.run([sys.executable, "-c", MIXED, mode], capture_output=True, text=True)
+            lines = run.stdout.strip().splitlines()
+            if run.returncode != 0 or not lines:
+                print(f"note: a {mode} run failed: {run.stderr.strip().splitlines()[-1:] or run.returncode}")
+                failed = True
+                continue
+            runs[mode].append(json.loads(lines[-1]))
+    print(f"\nCuPy and PyTorch alternating phases of about 3 GiB (24 blocks of 16-255 MiB each), 4 rounds of both, "
+          f"a fresh process each, medians of {rounds} runs. Peak device memory: cudaMemGetInfo after each phase, "
+          f"above what was in use once CUDA was initialized.\n")
+    print("| allocators | time (s) | peak device memory (MiB) |")
+    print("|---|---:|---:|")
+    for mode, mode_runs in runs.items():
+        if not mode_runs:
+            print(f"| {names[mode]} | failed | |")
+            continue
+        print(f"| {names[mode]} | {statistics.median(r['seconds'] for r in mode_runs):.3f} | "
+              f"{statistics.median(r['device_peak'] for r in mode_runs) / MIB:,.0f} |")
+    return not failed
+
+
 def main():
     parser = argparse.ArgumentParser(description="cudapmr allocation from Python against its peers")
     parser.add_argument("--pairs", type=int, default=20000, help="pairs per run (default 20000)")
@@ -300,6 +367,7 @@ def main():
     parser.add_argument("--steps", type=int, default=500, help="training steps timed per run (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="training runs per allocator (default 3)")
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--skip-mixed", action="store_true", help="leave out the mixed CuPy + PyTorch workload")
     arguments = parser.parse_args()
     if cudapmr.device_count() == 0:
         print("cannot run: no CUDA device was found", file=sys.stderr)
@@ -308,6 +376,8 @@ def main():
     allocation_table(arguments.pairs, arguments.repeats)
     if not arguments.skip_training and not training_table(arguments.steps, arguments.rounds):
         return 1  # the tables are printed; a training run that failed fails the benchmark
+    if not arguments.skip_mixed and not mixed_frameworks_table(arguments.rounds):
+        return 1
     return 0
 
 

@@ -312,6 +312,11 @@ def test_torch_mem_pool(scenario):
     run_child("torch_routes.py", scenario)
 
 
+def test_numba_kernels_on_cudapmr_memory():
+    needs("numba.cuda")
+    run_child("numba_plugin.py", "kernels_on_a_counted_stack")
+
+
 def test_one_stack_for_every_framework():
     needs("torch")
     run_child("torch_routes.py", "one_stack_for_all")

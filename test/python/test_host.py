@@ -467,6 +467,16 @@ def test_install_allocators_refuses_what_it_cannot_install(host):
         cudapmr.install_allocators(object())
 
 
+def test_numba_memory_manager_speaks_emm_version_1_and_refuses_host_memory(host):
+    plugin = pytest.importorskip("cudapmr.numba", reason="needs numba-cuda")
+    manager = plugin.memory_manager()
+    assert manager(context=None).interface_version == 1  # what numba.cuda.set_memory_manager checks first
+    with pytest.raises(ValueError, match="device-accessible"):
+        plugin.memory_manager(host)
+    with pytest.raises(TypeError, match="cudapmr resource"):
+        plugin.memory_manager(object())
+
+
 def test_bad_alignment_names_the_value(host):
     with pytest.raises(ValueError, match="alignment 3"):
         host.allocate_raw(10, alignment=3)

@@ -90,6 +90,13 @@ void bind_streams(nb::module_& module) {
       },
       nb::arg("device_id") = 0, "(major, minor) of the device.");
   module.def(
+      "device_memory_info",
+      [](int device) {
+        const cudapmr::device chosen(device);
+        return std::make_tuple(chosen.free_memory(), chosen.total_memory());
+      },
+      nb::arg("device_id") = 0, "(free, total) global memory of the device, in bytes.");
+  module.def(
       "device_attribute",
       [](int device, int attribute) { return cudapmr::device(device).attribute(static_cast<cudaDeviceAttr>(attribute)); },
       nb::arg("device_id"), nb::arg("attribute"), "A cudaDeviceAttr of the device, by its number.");

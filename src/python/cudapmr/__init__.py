@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """cudapmr from Python: CUDA memory kinds as memory resources, adaptors,
 stream-ordered buffers with DLPack, and plug-ins for cuda.core
-(``cudapmr.cuda_core``), CuPy (``cudapmr.cupy``) and PyTorch (``cudapmr.torch``).
+(``cudapmr.cuda_core``), CuPy (``cudapmr.cupy``), PyTorch (``cudapmr.torch``)
+and Numba (``cudapmr.numba``).
 
     import cudapmr
     cache = cudapmr.CachingResource(cudapmr.DeviceMemoryResource(0))
@@ -49,6 +50,7 @@ from ._cudapmr import (
     default_managed_resource,
     default_pinned_resource,
     device_attribute,
+    device_memory_info,
     device_count,
     device_name,
     host_numa_nodes,

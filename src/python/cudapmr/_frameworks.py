@@ -5,7 +5,7 @@ import importlib.util
 
 from . import _cudapmr
 
-FRAMEWORKS = ("cupy", "torch", "cuda.core")
+FRAMEWORKS = ("cupy", "torch", "numba", "cuda.core")
 
 
 def _present(module_name):
@@ -32,6 +32,15 @@ def _install_torch(resource, device_id):
     torch.cuda.memory.change_current_allocator(plugin.allocator(resource, device_id))
 
 
+def _install_numba(resource):
+    from numba import cuda
+
+    from . import numba as plugin
+
+    # Numba takes its memory manager for the contexts it makes from now on.
+    cuda.set_memory_manager(plugin.memory_manager(resource))
+
+
 def _install_cuda_core(resource, device_id):
     try:
         from cuda.core import Device
@@ -46,13 +55,15 @@ def _install_cuda_core(resource, device_id):
 def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
     """Makes one cudapmr resource the device allocator of every framework
     present in the process: CuPy (``cupy.cuda.set_allocator``), PyTorch (its
-    current allocator, with the hooks of ``cudapmr.torch``) and cuda.core
-    (the device's ``memory_resource``), so that memory one frees serves the
-    others and one report shows them all.
+    current allocator, with the hooks of ``cudapmr.torch``), Numba (its
+    memory manager, ``cudapmr.numba``) and cuda.core (the device's
+    ``memory_resource``), so that memory one frees serves the others and one
+    report shows them all.
 
     ``resource`` defaults to the process's ``default_device_stack`` of
     ``device_id`` (default: the current device). Call it before the
-    frameworks allocate on the GPU: PyTorch takes its allocator once.
+    frameworks allocate on the GPU: PyTorch takes its allocator once, and
+    Numba's manager serves only contexts made after it.
 
     Returns ``{framework: outcome}``, the outcome ``"installed"``, ``"absent"``
     (not importable here) or why it was refused (e.g. PyTorch had already
@@ -72,9 +83,10 @@ def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
     installers = {  # each imports its framework only when asked
         "cupy": lambda: _install_cupy(resource),
         "torch": lambda: _install_torch(resource, device_id),
+        "numba": lambda: _install_numba(resource),
         "cuda.core": lambda: _install_cuda_core(resource, device_id),
     }
-    modules = {"cupy": "cupy", "torch": "torch", "cuda.core": "cuda.core"}
+    modules = {"cupy": "cupy", "torch": "torch", "numba": "numba_cuda", "cuda.core": "cuda.core"}
     outcome = {}
     for name in frameworks:
         if not _present(modules[name]):

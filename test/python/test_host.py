@@ -437,14 +437,15 @@ def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
         pointer = malloc(512, 63, None)
         record(pointer, None)  # the stream it was allocated on: nothing to wait for
         assert cudapmr._cudapmr._torch_bridge_state(63)["blocks_used_on_other_streams"] == 0
-        record(pointer, 0x1000)
-        record(pointer, 0x1000)  # once is enough
-        record(0x10, 0x1000)  # not handed out here: ignored
+        per_thread = 2  # cudaStreamPerThread: a stream handle valid with or without a GPU
+        record(pointer, per_thread)
+        record(pointer, per_thread)  # once is enough
+        record(0x10, per_thread)  # not handed out here: ignored
         state = cudapmr._cudapmr._torch_bridge_state(63)
         assert (state["bytes"], state["peak_bytes"], state["blocks"], state["blocks_used_on_other_streams"]) == (
             512, 512, 1, 1)
-        # No order can be built on streams of a device that does not exist (or with no GPU, on any
-        # stream): the free still happens, after the device is synchronized.
+        # No order can be built on streams of a device that does not exist (nor, with no GPU, on
+        # any stream): the free still happens.
         free(pointer, 512, 63, None)
         assert host.used_bytes == 0 and cudapmr._cudapmr._torch_bridge_state(63)["bytes"] == 0
         cudapmr._cudapmr._torch_reset_peak(63)

@@ -7,6 +7,7 @@
 // second copy of the library in the process.
 #include "bindings.hpp"
 
+#include <cudapmr/detail/stream_ordering.hpp>
 #include <cudapmr/device.hpp>
 #include <cudapmr/error.hpp>
 
@@ -17,7 +18,6 @@
 #include <exception>
 #include <limits>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,12 +76,12 @@ std::atomic<std::uint64_t> empty_cache_calls{0};
 std::mutex last_error_mutex;
 std::string last_error;
 
+bool valid_device(int device) noexcept { return device >= 0 && device < max_devices; }
+
 stream_ordered_resource* resource_of(int device) noexcept {
-  if (device < 0 || device >= max_devices) return nullptr;
+  if (!valid_device(device)) return nullptr;
   return torch_resources[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
 }
-
-bool valid_device(int device) noexcept { return device >= 0 && device < max_devices; }
 
 void remember_failure(const std::string& message) noexcept {
   try {
@@ -111,75 +111,57 @@ cudaStream_t side_stream(int device) {
   if (cudaStream_t made = slot.load(std::memory_order_acquire)) return made;
   const std::lock_guard lock(making);
   if (cudaStream_t made = slot.load(std::memory_order_acquire)) return made;
+  const detail::scoped_device on_device(device);
   cudaStream_t made = nullptr;
   CUDAPMR_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
   slot.store(made, std::memory_order_release);
   return made;
 }
 
-/// Makes `waiting` wait for the work queued on `stream` so far.
-void wait_for(cudaStream_t waiting, cudaStream_t stream) {
-  cudaEvent_t event = nullptr;
-  CUDAPMR_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  const cudaError_t recorded = cudaEventRecord(event, stream);
-  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiting, event, 0) : recorded;
-  static_cast<void>(cudaEventDestroy(event));  // released once the wait is done
-  CUDAPMR_CHECK(waited);
-}
-
-/// Whether `stream` is being captured; nullopt where CUDA cannot say (the
-/// error is cleared, so that PyTorch's next check does not see it).
-std::optional<bool> is_capturing(cudaStream_t stream) noexcept {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return std::nullopt;
-  }
-  return capture != cudaStreamCaptureStatusNone;
+/// Makes `waiting` wait for the work queued on `stream` so far, with the
+/// caches' pooled events; false where CUDA refused.
+bool order_after(detail::stream_ordering& ordering, cudaStream_t waiting, cudaStream_t stream) noexcept {
+  const detail::ordering_event event = ordering.record(stream);
+  if (event == nullptr) return false;
+  const bool waited = ordering.make_wait(waiting, event);
+  ordering.recycle(event);  // the wait took the event's state: it may be recorded again
+  return waited;
 }
 
 /// Frees a block that record_stream said other streams use, once their work
 /// queued so far is done as well as the freeing stream's: on the device's side
 /// stream, which waits for all of them, so that the freeing stream itself
-/// waits for nothing. Where a stream involved is being captured, the free
-/// goes in stream order on `stream` (events on a captured stream would pull
-/// the side stream into that capture), with a note; where the order cannot
-/// be set up, the device is synchronized first. Never throws.
+/// waits for nothing. Where a stream involved is (or may be) being captured,
+/// the free goes in stream order on `stream` with a note: events there would
+/// pull the side stream into the capture, and a device synchronize would end
+/// it. Where the order cannot be set up, the device is synchronized first.
+/// Never throws.
 void free_after_uses(void* pointer, const torch_block& block, cudaStream_t stream) noexcept {
-  bool captured = false;
-  bool known = true;
-  for (cudaStream_t involved : block.used_on) {
-    const std::optional<bool> capturing = is_capturing(involved);
-    known = known && capturing.has_value();
-    captured = captured || capturing.value_or(false);
-  }
-  const std::optional<bool> freeing_captured = is_capturing(stream);
-  known = known && freeing_captured.has_value();
-  captured = captured || freeing_captured.value_or(false);
+  detail::stream_ordering& ordering = detail::cuda_stream_ordering();
+  const bool captured = ordering.is_capturing(stream) ||
+                        std::any_of(block.used_on.begin(), block.used_on.end(),
+                                    [&](cudaStream_t used) { return ordering.is_capturing(used); });
   if (captured) {
     remember_failure("a block used on other streams (record_stream) was freed while a stream involved is being "
                      "captured: it is freed in order on its own stream only",
                      "");
     return block.resource->deallocate_async(pointer, block.bytes, stream);
   }
-  if (known) {
-    try {
-      const detail::scoped_device on_device(block.device);
-      const cudaStream_t side = side_stream(block.device);
-      wait_for(side, stream);
-      for (cudaStream_t used : block.used_on) wait_for(side, used);
+  try {
+    const cudaStream_t side = side_stream(block.device);
+    bool ordered = order_after(ordering, side, stream);
+    for (cudaStream_t used : block.used_on) ordered = ordered && order_after(ordering, side, used);
+    if (ordered) {
       block.resource->deallocate_async(pointer, block.bytes, side);
       frees_after_other_streams.fetch_add(1, std::memory_order_relaxed);
       return;
-    } catch (const std::exception& error) {
-      remember_failure("a free after record_stream could not be ordered on the streams, so the device is "
-                       "synchronized first: ",
-                       error.what());
-    } catch (...) {
-      remember_failure("a free after record_stream could not be ordered on the streams: the device is synchronized "
-                       "first",
-                       "");
     }
+    remember_failure("a free after record_stream could not be ordered on the streams: the device is synchronized "
+                     "first",
+                     "");
+  } catch (const std::exception& error) {
+    remember_failure("no side stream for a free after record_stream, so the device is synchronized first: ",
+                     error.what());
   }
   // No order to build on: once the device is idle, no stream still uses the block.
   if (cudaDeviceSynchronize() != cudaSuccess) static_cast<void>(cudaGetLastError());

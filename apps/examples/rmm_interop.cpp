@@ -39,22 +39,15 @@ void check(bool passed, const std::string& what) {
   if (!passed) ++failures;
 }
 
-/// \throws cudapmr::cuda_error naming the call unless it succeeded.
-void expect_success(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) throw cudapmr::cuda_error(status, call);
-}
-
 /// Writes a ramp into `bytes` of device memory through the host and reads it
 /// back: the memory RMM handed out is real and whole.
 bool round_trips(void* device_memory, std::size_t bytes, cudaStream_t stream) {
   std::vector<std::uint32_t> written(bytes / sizeof(std::uint32_t));
   for (std::size_t i = 0; i < written.size(); ++i) written[i] = static_cast<std::uint32_t>(i * 2654435761u);
   std::vector<std::uint32_t> read(written.size());
-  expect_success(cudaMemcpyAsync(device_memory, written.data(), bytes, cudaMemcpyHostToDevice, stream),
-                 "cudaMemcpyAsync to the device");
-  expect_success(cudaMemcpyAsync(read.data(), device_memory, bytes, cudaMemcpyDeviceToHost, stream),
-                 "cudaMemcpyAsync to the host");
-  expect_success(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  CUDAPMR_CHECK(cudaMemcpyAsync(device_memory, written.data(), bytes, cudaMemcpyHostToDevice, stream));
+  CUDAPMR_CHECK(cudaMemcpyAsync(read.data(), device_memory, bytes, cudaMemcpyDeviceToHost, stream));
+  CUDAPMR_CHECK(cudaStreamSynchronize(stream));
   return read == written;
 }
 
@@ -107,10 +100,10 @@ int main() try {
     check(round_trips(block, 2 * mebibyte, first.get()), "a block through RMM's statistics adaptor holds its data");
     // The free on the second stream is ordered after the first's use of the block.
     cudaEvent_t used = nullptr;
-    expect_success(cudaEventCreateWithFlags(&used, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    expect_success(cudaEventRecord(used, first.get()), "cudaEventRecord");
-    expect_success(cudaStreamWaitEvent(second.get(), used), "cudaStreamWaitEvent");
-    expect_success(cudaEventDestroy(used), "cudaEventDestroy");
+    CUDAPMR_CHECK(cudaEventCreateWithFlags(&used, cudaEventDisableTiming));
+    CUDAPMR_CHECK(cudaEventRecord(used, first.get()));
+    CUDAPMR_CHECK(cudaStreamWaitEvent(second.get(), used));
+    CUDAPMR_CHECK(cudaEventDestroy(used));
     check(statistics.get_bytes_counter().value == static_cast<std::int64_t>(2 * mebibyte) &&
               live_bytes(counted) == static_cast<std::int64_t>(2 * mebibyte),
           "RMM's statistics and cudapmr's agree on the 2 MiB held");

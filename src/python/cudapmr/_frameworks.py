@@ -6,6 +6,8 @@ import importlib.util
 from . import _cudapmr
 
 FRAMEWORKS = ("cupy", "torch", "numba", "cuda.core")
+# The module whose presence says a framework is installed (numba-cuda's, not numba's own).
+_MODULES = {"cupy": "cupy", "torch": "torch", "numba": "numba_cuda", "cuda.core": "cuda.core"}
 
 
 def _present(module_name):
@@ -15,7 +17,7 @@ def _present(module_name):
         return False
 
 
-def _install_cupy(resource):
+def _install_cupy(resource, _device_id):
     import cupy
 
     from . import cupy as plugin
@@ -32,7 +34,7 @@ def _install_torch(resource, device_id):
     torch.cuda.memory.change_current_allocator(plugin.allocator(resource, device_id))
 
 
-def _install_numba(resource):
+def _install_numba(resource, _device_id):
     from numba import cuda
 
     from . import numba as plugin
@@ -50,6 +52,9 @@ def _install_cuda_core(resource, device_id):
     from .cuda_core import MemoryResource
 
     Device(device_id).memory_resource = MemoryResource(resource)
+
+
+_INSTALLERS = {"cupy": _install_cupy, "torch": _install_torch, "numba": _install_numba, "cuda.core": _install_cuda_core}
 
 
 def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
@@ -80,21 +85,15 @@ def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
         resource = _cudapmr.default_device_stack(device_id)
     if not resource.is_device_accessible:
         raise ValueError(f"install_allocators needs device-accessible memory; {resource.description} is not")
-    installers = {  # each imports its framework only when asked
-        "cupy": lambda: _install_cupy(resource),
-        "torch": lambda: _install_torch(resource, device_id),
-        "numba": lambda: _install_numba(resource),
-        "cuda.core": lambda: _install_cuda_core(resource, device_id),
-    }
-    modules = {"cupy": "cupy", "torch": "torch", "numba": "numba_cuda", "cuda.core": "cuda.core"}
     outcome = {}
     for name in frameworks:
-        if not _present(modules[name]):
+        if not _present(_MODULES[name]):
             outcome[name] = "absent"
             continue
         try:
-            installers[name]()
+            _INSTALLERS[name](resource, device_id)  # each imports its framework only now
             outcome[name] = "installed"
         except Exception as refused:  # the framework said no: reported, the others still go on
             outcome[name] = f"refused: {type(refused).__name__}: {refused}"
     return outcome
+

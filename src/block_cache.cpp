@@ -525,10 +525,12 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
     sealed_blocks_.fetch_sub(chosen.size(), std::memory_order_relaxed);
     approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
   }
-  // Freed on `stream` once it waits for each event not known to have completed.
+  // Freed on `stream` once it waits for each event not known to have completed;
+  // blocks it sealed itself need no wait: its own order puts this free after the seal.
+  const stream_entry* own = chosen.empty() ? nullptr : entry_of(stream);
   sealed_event* waited = nullptr;
   for (const sealed_block& block : chosen) {
-    if (block.event != waited && !block.event->completed.load(std::memory_order_relaxed)) {
+    if (block.origin != own && block.event != waited && !block.event->completed.load(std::memory_order_relaxed)) {
       if (!ordering_.make_wait(stream, block.event->event)) {
         try {
           ordering_.synchronize_all_devices();

@@ -105,6 +105,21 @@ TEST(CachingResource, ACompletedEventNeedsNoWait) {
   cache.deallocate_async(p, 4096, fake_stream(2));
 }
 
+TEST(CachingResource, BlocksAStreamSealedGoBackOnItWithoutAWait) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  void* mine = cache.allocate_async(4096, fake_stream(1));
+  void* theirs = cache.allocate_async(8192, fake_stream(2));
+  cache.deallocate_async(mine, 4096, fake_stream(1));  // a new stream seals its frees
+  cache.deallocate_async(theirs, 8192, fake_stream(2));
+  ASSERT_EQ(ordering.events.size(), 2u);
+  cache.trim(fake_stream(1));  // both go upstream on stream 1: only stream 2's free is out of its order
+  ASSERT_EQ(ordering.waits.size(), 1u) << "stream 1 waited for its own seal, or not for stream 2's";
+  EXPECT_EQ(ordering.waits[0], std::make_pair(fake_stream(1), fake_stream(2)));
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
 TEST(CachingResource, AnUnsealedFreeNeverReachesAnotherStream) {
   host_memory_resource upstream;
   fake_ordering ordering;

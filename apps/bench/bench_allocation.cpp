@@ -184,6 +184,13 @@ std::vector<entrant> entrants() {
        [] { return ours_coalescing(std::make_shared<cudapmr::device_malloc_resource>(0)); }},
       {"device", "cudapmr:device_stack", false,
        [] { return ours(std::make_shared<cudapmr::device_stack>(0), false); }},
+      // What giving back at frees costs in time (the memory bench has the same row, for what it saves).
+      {"device", "cudapmr:device_stack (engine keeps idle segments)", false,
+       [] {
+         cudapmr::device_stack_options keeps;
+         keeps.engine.max_idle_bytes.reset();
+         return ours(std::make_shared<cudapmr::device_stack>(0, keeps), false);
+       }},
       {"device", "cudapmr:coalescing_resource(virtual_memory)", false,
        [] { return ours_coalescing(std::make_shared<cudapmr::virtual_memory_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},

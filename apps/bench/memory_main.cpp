@@ -134,6 +134,12 @@ std::vector<entrant> entrants() {
   all.push_back({"cudapmr:coalescing_resource (over virtual_memory_resource)",
                  [] { return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::virtual_memory_resource>(0), coalescing_front); }});
   all.push_back({"cudapmr:device_stack", [] { return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_stack>(0), nullptr); }});
+  // What giving back at frees saves in memory, against the time it costs (the allocation bench has the same row).
+  all.push_back({"cudapmr:device_stack (engine keeps idle segments)", [] {
+                   cudapmr::device_stack_options keeps;
+                   keeps.engine.max_idle_bytes.reset();
+                   return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_stack>(0, keeps), nullptr);
+                 }});
   return all;
 }
 

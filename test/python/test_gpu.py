@@ -300,7 +300,8 @@ def test_torch_pluggable_allocator_with_mem_pool():
     assert plugin.last_error() == ""
 
 
-@pytest.mark.parametrize("scenario", ["record_stream", "empty_cache", "memory_fraction", "statistics", "capture"])
+@pytest.mark.parametrize("scenario", [
+    "record_stream", "empty_cache", "memory_fraction", "out_of_memory", "statistics", "capture"])
 def test_torch_current_allocator(scenario):
     needs("torch")
     run_child("torch_routes.py", scenario)

@@ -117,16 +117,38 @@ def memory_fraction():
     cap = int(total * 0.01)
     within = torch.empty(cap // 2, dtype=torch.uint8, device="cuda")
     assert plugin.memory_allocated() >= cap // 2
-    refused = None
     try:
-        past = torch.empty(cap, dtype=torch.uint8, device="cuda")
-        refused = f"PyTorch took the refusal silently (data_ptr {past.data_ptr()})"
-    except Exception as error:  # PyTorch's type for a refusal from a pluggable allocator
-        refused = type(error).__name__
-    print(f"refusal past the fraction: {refused}", file=sys.stderr)
+        torch.empty(cap, dtype=torch.uint8, device="cuda")
+        raise AssertionError("an allocation past the memory fraction was not refused")
+    except torch.OutOfMemoryError as error:
+        assert "memory fraction 0.01" in str(error), str(error)
     assert "memory fraction 0.01" in plugin.last_error(), plugin.last_error()
     assert plugin.memory_stats()["num_ooms"] >= 1
     del within
+
+
+def out_of_memory():
+    """A refusal of the resource raises ``torch.OutOfMemoryError`` carrying
+    cudapmr's message, takes nothing, and later allocations succeed."""
+    torch = import_torch()
+    import cudapmr
+    import cudapmr.torch as plugin
+
+    capped = cudapmr.LimitingAdaptor(cudapmr.default_device_stack(0), 64 * MIB)
+    torch.cuda.memory.change_current_allocator(plugin.allocator(capped))
+    kept = torch.ones(16 * MIB, dtype=torch.uint8, device="cuda")
+    try:
+        torch.empty(128 * MIB, dtype=torch.uint8, device="cuda")
+        raise AssertionError("an allocation past the resource's cap was not refused")
+    except torch.OutOfMemoryError as error:
+        message = str(error)
+    assert message.startswith("CUDA out of memory. Tried to allocate"), message
+    assert f"the cap is {64 * MIB} bytes" in message, message  # the limiting adaptor's own words
+    assert plugin.memory_stats()["num_ooms"] == 1
+    assert plugin.memory_allocated() == 16 * MIB, plugin.memory_allocated()
+    again = torch.ones(32 * MIB, dtype=torch.uint8, device="cuda")
+    assert int(again.sum()) == 32 * MIB and int(kept.sum()) == 16 * MIB
+    print(f"refused: {message.splitlines()[0]}", file=sys.stderr)
 
 
 def statistics():
@@ -281,7 +303,8 @@ def one_stack_for_all():
     assert counted.statistics().allocations.current == 0, counted.statistics()
 
 
-SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, statistics, capture,
+SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, out_of_memory,
+                                                          statistics, capture,
                                                           pool_graph, pool_statistics, pool_compile, one_stack_for_all)}
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 // the module itself so that the registry is the one Python sets, with no
 // second copy of the library in the process.
 #include "bindings.hpp"
+#include "torch_out_of_memory.hpp"
 
 #include <cudapmr/detail/stream_ordering.hpp>
 #include <cudapmr/device.hpp>
@@ -18,6 +19,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -71,6 +73,12 @@ std::array<memory_fraction, max_devices> fractions;
 std::atomic<std::uint64_t> refused_allocations{0};
 std::atomic<std::uint64_t> frees_after_other_streams{0};
 std::atomic<std::uint64_t> empty_cache_calls{0};
+
+/// Whether PyTorch made the bridge its current allocator: it initializes only
+/// the current one, at its CUDA lazy init, with the device count. A refusal
+/// then raises torch.OutOfMemoryError, since PyTorch takes a null from the
+/// current allocator for a block; in a MemPool it retries and raises itself.
+std::atomic<bool> is_current_allocator{false};
 
 /// The message of the last refused allocation or free, for Python to show.
 std::mutex last_error_mutex;
@@ -236,6 +244,7 @@ void bind_torch_allocator(nb::module_& module) {
         state["refused_allocations"] = refused_allocations.load(std::memory_order_relaxed);
         state["frees_after_other_streams"] = frees_after_other_streams.load(std::memory_order_relaxed);
         state["empty_cache_calls"] = empty_cache_calls.load(std::memory_order_relaxed);
+        state["current_allocator"] = is_current_allocator.load(std::memory_order_relaxed);
         return state;
       },
       "device_id"_a);
@@ -244,32 +253,31 @@ void bind_torch_allocator(nb::module_& module) {
 }  // namespace cudapmr::python
 
 /// Allocates `bytes` on `device` in stream order on `stream` from the
-/// registered resource; null (with a message on stderr and in last_error)
-/// when it refuses, when the memory fraction PyTorch set would be passed, or
-/// when none is registered. Never throws.
+/// registered resource. A refusal (the resource's, the memory fraction
+/// PyTorch set, or no resource registered) leaves its message on stderr and in
+/// last_error, then raises torch.OutOfMemoryError (c10::OutOfMemoryError)
+/// where the bridge is PyTorch's current allocator, and returns null in a
+/// MemPool, where PyTorch frees its cached blocks, retries and raises itself.
 extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std::size_t bytes, int device,
                                                                               cudaStream_t stream) {
   namespace bridge = cudapmr::python;
   cudapmr::stream_ordered_resource* resource = bridge::resource_of(device);
-  void* pointer = nullptr;
+  std::string refusal;
   try {
-    if (resource == nullptr) {
-      bridge::remember_failure("no cudapmr resource is registered for device " + std::to_string(device) +
-                               " (cudapmr.torch.allocator(resource) registers one)");
-      return nullptr;
-    }
+    if (resource == nullptr)
+      throw std::invalid_argument("no cudapmr resource is registered for device " + std::to_string(device) +
+                                  " (cudapmr.torch.allocator(resource) registers one)");
     const auto slot = static_cast<std::size_t>(device);
     const std::size_t cap = bridge::fractions[slot].cap.load(std::memory_order_relaxed);
     const std::size_t held = bridge::bytes_in_use[slot].fetch_add(bytes, std::memory_order_relaxed);
     if (held > cap || bytes > cap - held) {
       bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
-      bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-      bridge::remember_failure("allocating " + std::to_string(bytes) + " bytes on device " + std::to_string(device) +
-                               " would pass the memory fraction " +
-                               std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) + " (" +
-                               std::to_string(cap) + " bytes; " + std::to_string(held) + " held)");
-      return nullptr;
+      throw std::length_error("allocating " + std::to_string(bytes) + " bytes on device " + std::to_string(device) +
+                              " would pass the memory fraction " +
+                              std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) +
+                              " (" + std::to_string(cap) + " bytes; " + std::to_string(held) + " held)");
     }
+    void* pointer = nullptr;
     try {
       pointer = resource->allocate_async(bytes, stream);
       if (pointer != nullptr) {
@@ -286,11 +294,23 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
   } catch (const std::exception& error) {
     bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
     bridge::remember_failure(error.what(), "");
+    refusal = error.what();
   } catch (...) {
     bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-    bridge::remember_failure("an allocation failed with an unknown error", "");
+    refusal = "an allocation failed with an unknown error";
+    bridge::remember_failure(refusal);
   }
+  // Outside the handlers, in PyTorch's words first: its own handler turns this into torch.OutOfMemoryError.
+  if (bridge::is_current_allocator.load(std::memory_order_relaxed))
+    bridge::throw_torch_out_of_memory("CUDA out of memory. Tried to allocate " + std::to_string(bytes) +
+                                      " bytes on device " + std::to_string(device) + " from cudapmr: " + refusal);
   return nullptr;
+}
+
+/// PyTorch's init hook: called on the current allocator only, at PyTorch's
+/// CUDA lazy init, with the number of devices (0 at the allocator's construction).
+extern "C" __attribute__((visibility("default"))) void cudapmr_torch_init(int device_count) {
+  if (device_count > 0) cudapmr::python::is_current_allocator.store(true, std::memory_order_relaxed);
 }
 
 /// Frees in stream order on `stream`, into the resource that allocated it,

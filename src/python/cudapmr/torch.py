@@ -38,10 +38,13 @@ PyTorch's own statistics calls raise with a pluggable current allocator;
 and ``memory_fraction`` here answer under PyTorch's names, from the bridge's
 counts and the registered resource's ``state()``.
 
-A refused allocation returns null to PyTorch. In a ``MemPool`` PyTorch frees
-its cached blocks, retries and then raises ``torch.OutOfMemoryError``; after
-``change_current_allocator`` PyTorch does not check, so leave headroom (or
-use a pool). The cudapmr message is on stderr and in ``last_error()``.
+A refused allocation (the resource's refusal, the memory fraction, no
+resource registered) raises ``torch.OutOfMemoryError`` with cudapmr's message
+where the allocator is PyTorch's current one: the bridge throws PyTorch's own
+C++ error, found in the c10 library PyTorch loaded. In a ``MemPool`` it
+returns null, and PyTorch frees the pool's cached blocks, retries and then
+raises ``torch.OutOfMemoryError`` itself. The message is also on stderr and
+in ``last_error()``.
 """
 
 import ctypes as _ctypes
@@ -59,6 +62,7 @@ FREE_NAME = "cudapmr_torch_free"
 
 # PyTorch's optional hooks: the setter on its allocator object, and the entry point here.
 _HOOKS = (
+    ("set_init_fn", "cudapmr_torch_init"),
     ("set_record_stream_fn", "cudapmr_torch_record_stream"),
     ("set_reset_fn", "cudapmr_torch_empty_cache"),
     ("set_memory_fraction_fn", "cudapmr_torch_set_memory_fraction"),

@@ -307,7 +307,7 @@ def test_torch_current_allocator(scenario):
     run_child("torch_routes.py", scenario)
 
 
-@pytest.mark.parametrize("scenario", ["pool_graph", "pool_statistics", "pool_compile"])
+@pytest.mark.parametrize("scenario", ["pool_graph", "pool_statistics", "pool_compile", "pool_out_of_memory"])
 def test_torch_mem_pool(scenario):
     needs("torch")
     run_child("torch_routes.py", scenario)

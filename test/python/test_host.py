@@ -4,8 +4,6 @@ into NumPy, stream arguments and argument checks."""
 
 import ctypes
 import gc
-import subprocess
-import sys
 
 import pytest
 from conftest import needs, no_gpu, run_child
@@ -461,32 +459,13 @@ def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
         cudapmr._cudapmr._torch_bridge_state(99)
 
 
-def test_torch_init_hook_marks_the_current_allocator_and_without_pytorch_a_refusal_is_null():
-    """PyTorch initializes only its current allocator, with the device count:
-    from then on a refusal raises PyTorch's out-of-memory error, which needs
-    PyTorch's c10 library in the process. Without it, the null goes back.
-    Run in a child: the mark is for the whole process."""
-    code = """
-import ctypes, sys
-import cudapmr
-library = ctypes.CDLL(cudapmr._cudapmr.__file__)
-init = library.cudapmr_torch_init
-init.restype, init.argtypes = None, [ctypes.c_int]
-malloc = library.cudapmr_torch_malloc
-malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-state = lambda: cudapmr._cudapmr._torch_bridge_state(7)["current_allocator"]
-assert not state()
-init(0)  # at the allocator's construction, current or not
-assert not state()
-init(2)  # PyTorch's CUDA lazy init, on its current allocator
-assert state()
-assert "torch" not in sys.modules
-assert malloc(64, 7, None) is None  # nothing registered, and no c10 to throw with
-assert "device 7" in cudapmr._cudapmr._torch_last_error()
-print("ok")
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+def test_torch_init_hook_marks_the_current_allocator_and_until_then_a_refusal_is_null():
+    """PyTorch initializes only its current allocator, with the device count;
+    until then (as in a MemPool) a refusal hands PyTorch a null to retry on.
+    From then on a refusal throws instead, which only PyTorch's C++ frames can
+    catch (the GPU scenarios see it). Run in a child: the mark is for the
+    whole process."""
+    run_child("torch_routes.py", "init_hook")
 
 
 def test_install_allocators_refuses_what_it_cannot_install(host):

@@ -303,8 +303,60 @@ def one_stack_for_all():
     assert counted.statistics().allocations.current == 0, counted.statistics()
 
 
+def init_hook():
+    """Host only, no PyTorch: the bridge is marked PyTorch's current allocator
+    by the init hook with a device count, not by the call at construction;
+    unmarked, a refusal is a null (what a MemPool retries on)."""
+    import ctypes
+
+    import cudapmr
+
+    library = ctypes.CDLL(cudapmr._cudapmr.__file__)
+    init, malloc = library.cudapmr_torch_init, library.cudapmr_torch_malloc
+    init.restype, init.argtypes = None, [ctypes.c_int]
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+
+    def current():
+        return cudapmr._cudapmr._torch_bridge_state(7)["current_allocator"]
+
+    assert not current()
+    assert malloc(64, 7, None) is None  # nothing registered for device 7
+    assert "device 7" in cudapmr._cudapmr._torch_last_error()
+    init(0)  # PyTorch's call at the allocator's construction, current or not
+    assert not current()
+    init(2)  # its CUDA lazy init, on the current allocator only
+    assert current()
+
+
+def pool_out_of_memory():
+    """In a MemPool a refusal goes back to PyTorch as a null, and PyTorch
+    raises ``torch.OutOfMemoryError`` itself (inside ``use_mem_pool`` it skips
+    its last free-everything retry, PyTorch issues #159674, #175015); the
+    pool goes on serving what fits."""
+    torch = import_torch()
+    import cudapmr
+    import cudapmr.torch as plugin
+
+    capped = cudapmr.LimitingAdaptor(cudapmr.default_device_stack(0), 64 * MIB)
+    pool = torch.cuda.MemPool(plugin.allocator(capped).allocator())
+    with torch.cuda.use_mem_pool(pool):
+        kept = torch.ones(16 * MIB, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(96 * MIB, dtype=torch.uint8, device="cuda")
+            raise AssertionError("an allocation past the cap was not refused")
+        except torch.OutOfMemoryError:
+            pass
+        assert "the cap is" in plugin.last_error(), plugin.last_error()
+        again = torch.ones(32 * MIB, dtype=torch.uint8, device="cuda")
+        assert int(again.sum()) == 32 * MIB and int(kept.sum()) == 16 * MIB
+        del kept, again
+    assert not cudapmr._cudapmr._torch_bridge_state(0)["current_allocator"]
+    del pool
+    torch.cuda.synchronize()
+
+
 SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, out_of_memory,
-                                                          statistics, capture,
+                                                          statistics, capture, init_hook, pool_out_of_memory,
                                                           pool_graph, pool_statistics, pool_compile, one_stack_for_all)}
 
 if __name__ == "__main__":

@@ -253,16 +253,26 @@ void bind_torch_allocator(nb::module_& module) {
 }  // namespace cudapmr::python
 
 /// Allocates `bytes` on `device` in stream order on `stream` from the
-/// registered resource. A refusal (the resource's, the memory fraction
-/// PyTorch set, or no resource registered) leaves its message on stderr and in
-/// last_error, then raises torch.OutOfMemoryError (c10::OutOfMemoryError)
-/// where the bridge is PyTorch's current allocator, and returns null in a
-/// MemPool, where PyTorch frees its cached blocks, retries and raises itself.
+/// registered resource. A refusal leaves its message on stderr and in
+/// last_error. In a MemPool it returns null: PyTorch then frees the pool's
+/// cached blocks, retries and raises itself. As PyTorch's current allocator,
+/// which takes a null for a block, it throws: torch.OutOfMemoryError
+/// (c10::OutOfMemoryError) where memory ran out (the resource's out_of_memory,
+/// the memory fraction PyTorch set), RuntimeError for anything else (no
+/// resource registered, a CUDA error).
 extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std::size_t bytes, int device,
                                                                               cudaStream_t stream) {
   namespace bridge = cudapmr::python;
   cudapmr::stream_ordered_resource* resource = bridge::resource_of(device);
-  std::string refusal;
+  bool out_of_memory = false;
+  std::string reason;
+  const auto keep = [&reason](const char* what) noexcept {
+    bridge::remember_failure(what, "");
+    try {
+      reason = what;
+    } catch (...) {  // no memory for the copy: the message is on stderr and in last_error
+    }
+  };
   try {
     if (resource == nullptr)
       throw std::invalid_argument("no cudapmr resource is registered for device " + std::to_string(device) +
@@ -272,10 +282,11 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
     const std::size_t held = bridge::bytes_in_use[slot].fetch_add(bytes, std::memory_order_relaxed);
     if (held > cap || bytes > cap - held) {
       bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
-      throw std::length_error("allocating " + std::to_string(bytes) + " bytes on device " + std::to_string(device) +
-                              " would pass the memory fraction " +
-                              std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) +
-                              " (" + std::to_string(cap) + " bytes; " + std::to_string(held) + " held)");
+      throw cudapmr::out_of_memory(bytes, 256, resource->description(),
+                                   "it would pass the memory fraction " +
+                                       std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) +
+                                       " PyTorch set for device " + std::to_string(device) + " (" +
+                                       std::to_string(cap) + " bytes; " + std::to_string(held) + " held)");
     }
     void* pointer = nullptr;
     try {
@@ -291,20 +302,21 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
       throw;
     }
     return pointer;
+  } catch (const std::bad_alloc& error) {  // cudapmr::out_of_memory among them
+    out_of_memory = true;
+    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
+    keep(error.what());
   } catch (const std::exception& error) {
-    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-    bridge::remember_failure(error.what(), "");
-    refusal = error.what();
+    keep(error.what());
   } catch (...) {
-    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
-    refusal = "an allocation failed with an unknown error";
-    bridge::remember_failure(refusal);
+    keep("an unknown error");
   }
-  // Outside the handlers, in PyTorch's words first: its own handler turns this into torch.OutOfMemoryError.
-  if (bridge::is_current_allocator.load(std::memory_order_relaxed))
-    bridge::throw_torch_out_of_memory("CUDA out of memory. Tried to allocate " + std::to_string(bytes) +
-                                      " bytes on device " + std::to_string(device) + " from cudapmr: " + refusal);
-  return nullptr;
+  if (!bridge::is_current_allocator.load(std::memory_order_relaxed)) return nullptr;
+  // Outside the handlers, in PyTorch's words first.
+  const std::string what = "Tried to allocate " + std::to_string(bytes) + " bytes on device " +
+                           std::to_string(device) + " from cudapmr: " + reason;
+  if (out_of_memory) bridge::throw_torch_out_of_memory("CUDA out of memory. " + what);
+  throw std::runtime_error("cudapmr could not allocate. " + what);
 }
 
 /// PyTorch's init hook: called on the current allocator only, at PyTorch's

@@ -4,8 +4,11 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <stdexcept>
 #include <typeinfo>
 
 namespace cudapmr::python {
@@ -43,12 +46,29 @@ void* c10_symbol(const char* name) noexcept {
 
 c10_error_parts find_c10_error_parts() noexcept {
   c10_error_parts parts;
+#if defined(__GLIBCXX__) && _GLIBCXX_USE_CXX11_ABI
+  // The constructor's std::string is this module's: only the same layout may be passed.
   parts.construct = reinterpret_cast<error_constructor>(
       c10_symbol("_ZN3c105ErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE"));
+#endif
   parts.type = static_cast<std::type_info*>(c10_symbol("_ZTIN3c1016OutOfMemoryErrorE"));
   // The table's address point follows its offset-to-top and type entries.
   if (auto* table = static_cast<void* const*>(c10_symbol("_ZTVN3c1016OutOfMemoryErrorE"))) parts.virtual_table = table + 2;
   return parts;
+}
+
+/// The parts, looked up until a call finds them all (PyTorch is loaded by then).
+c10_error_parts c10_parts() noexcept {
+  static std::atomic<bool> found{false};
+  static c10_error_parts kept;
+  static std::mutex looking;
+  if (found.load(std::memory_order_acquire)) return kept;
+  const std::lock_guard lock(looking);
+  if (!found.load(std::memory_order_relaxed)) {
+    kept = find_c10_error_parts();
+    found.store(kept.complete(), std::memory_order_release);
+  }
+  return kept;
 }
 
 /// The exception's destructor for the C++ runtime: the error's own virtual
@@ -60,25 +80,22 @@ void destroy_error(void* error) {
 
 }  // namespace
 
-bool can_throw_torch_out_of_memory() noexcept { return find_c10_error_parts().complete(); }
-
-void throw_torch_out_of_memory(const std::string& message) {
-  const c10_error_parts c10 = find_c10_error_parts();
-  if (!c10.complete()) return;
-  // c10::OutOfMemoryError adds no member to c10::Error (about 150 bytes in
-  // PyTorch 2.11): this is room to spare for the layouts of later releases.
+void throw_torch_out_of_memory(const std::string& message, std::source_location where) {
+  const c10_error_parts parts = c10_parts();
+  if (!parts.complete()) throw std::runtime_error(message);
+  // c10::OutOfMemoryError adds no member to c10::Error: room to spare for its layout (docs/python.md).
   constexpr std::size_t room = 1024;
   void* error = abi::__cxa_allocate_exception(room);
   try {
-    c10.construct(error, source_location{"cudapmr_torch_malloc", __FILE__, __LINE__}, message);
+    parts.construct(error, source_location{where.function_name(), where.file_name(), where.line()}, message);
   } catch (...) {
     abi::__cxa_free_exception(error);
     throw;
   }
   // Constructed as a c10::Error; its table makes it the out-of-memory error
   // (same layout, its own type for dynamic_cast and the virtual calls).
-  *static_cast<void* const**>(error) = c10.virtual_table;
-  abi::__cxa_throw(error, c10.type, destroy_error);
+  *static_cast<void* const**>(error) = parts.virtual_table;
+  abi::__cxa_throw(error, parts.type, destroy_error);
 }
 
 }  // namespace cudapmr::python

@@ -38,13 +38,14 @@ PyTorch's own statistics calls raise with a pluggable current allocator;
 and ``memory_fraction`` here answer under PyTorch's names, from the bridge's
 counts and the registered resource's ``state()``.
 
-A refused allocation (the resource's refusal, the memory fraction, no
-resource registered) raises ``torch.OutOfMemoryError`` with cudapmr's message
-where the allocator is PyTorch's current one: the bridge throws PyTorch's own
-C++ error, found in the c10 library PyTorch loaded. In a ``MemPool`` it
-returns null, and PyTorch frees the pool's cached blocks, retries and then
-raises ``torch.OutOfMemoryError`` itself. The message is also on stderr and
-in ``last_error()``.
+A refused allocation leaves cudapmr's message on stderr and in
+``last_error()``. Where the allocator ``allocator()`` returns is PyTorch's
+current one, it then raises ``torch.OutOfMemoryError`` where memory ran out
+(the resource's refusal, the memory fraction) and ``RuntimeError`` for any
+other failure (no resource registered, a CUDA error): the bridge throws
+PyTorch's own C++ error, found in the c10 library PyTorch loaded. In a
+``MemPool`` it returns null, and PyTorch raises ``torch.OutOfMemoryError``
+itself after its own retries.
 """
 
 import ctypes as _ctypes

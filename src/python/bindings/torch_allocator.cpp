@@ -282,7 +282,7 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
     const std::size_t held = bridge::bytes_in_use[slot].fetch_add(bytes, std::memory_order_relaxed);
     if (held > cap || bytes > cap - held) {
       bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
-      throw cudapmr::out_of_memory(bytes, 256, resource->description(),
+      throw cudapmr::out_of_memory(bytes, cudapmr::default_alignment, resource->description(),
                                    "it would pass the memory fraction " +
                                        std::to_string(bridge::fractions[slot].fraction.load(std::memory_order_relaxed)) +
                                        " PyTorch set for device " + std::to_string(device) + " (" +

@@ -4,10 +4,8 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <stdexcept>
 #include <typeinfo>
 
@@ -57,20 +55,6 @@ c10_error_parts find_c10_error_parts() noexcept {
   return parts;
 }
 
-/// The parts, looked up until a call finds them all (PyTorch is loaded by then).
-c10_error_parts c10_parts() noexcept {
-  static std::atomic<bool> found{false};
-  static c10_error_parts kept;
-  static std::mutex looking;
-  if (found.load(std::memory_order_acquire)) return kept;
-  const std::lock_guard lock(looking);
-  if (!found.load(std::memory_order_relaxed)) {
-    kept = find_c10_error_parts();
-    found.store(kept.complete(), std::memory_order_release);
-  }
-  return kept;
-}
-
 /// The exception's destructor for the C++ runtime: the error's own virtual
 /// one, the first entry of its table (the complete-object destructor).
 void destroy_error(void* error) {
@@ -81,7 +65,8 @@ void destroy_error(void* error) {
 }  // namespace
 
 void throw_torch_out_of_memory(const std::string& message, std::source_location where) {
-  const c10_error_parts parts = c10_parts();
+  // Looked up once: the bridge throws only once PyTorch's init hook ran, so c10 is loaded by then.
+  static const c10_error_parts parts = find_c10_error_parts();
   if (!parts.complete()) throw std::runtime_error(message);
   // c10::OutOfMemoryError adds no member to c10::Error: room to spare for its layout (docs/python.md).
   constexpr std::size_t room = 1024;

@@ -12,7 +12,7 @@ namespace cudapmr::python {
 /// Throws c10::OutOfMemoryError carrying `message`, built through the c10
 /// libraries PyTorch has loaded: the module is compiled without PyTorch's
 /// headers, so the error's constructor, type and virtual table are looked up
-/// there (once, at the first call that finds them all). It relies on the
+/// there (once, at the first call: PyTorch has loaded them by then). It relies on the
 /// Itanium C++ ABI and libstdc++'s C++11 std::string, as PyTorch's wheels do;
 /// where one of them is missing, it throws std::runtime_error with the same
 /// message, which PyTorch shows as RuntimeError. Either way it throws.

@@ -136,7 +136,8 @@ def out_of_memory():
 
     capped = cudapmr.LimitingAdaptor(cudapmr.default_device_stack(0), 64 * MIB)
     torch.cuda.memory.change_current_allocator(plugin.allocator(capped))
-    kept = torch.ones(16 * MIB, dtype=torch.uint8, device="cuda")
+    # float32, whose sum PyTorch reduces in place: a uint8 sum would first widen the tensor to int64, past the cap
+    kept = torch.ones(4 * MIB, dtype=torch.float32, device="cuda")
     try:
         torch.empty(128 * MIB, dtype=torch.uint8, device="cuda")
         raise AssertionError("an allocation past the resource's cap was not refused")
@@ -146,8 +147,8 @@ def out_of_memory():
     assert f"the cap is {64 * MIB} bytes" in message, message  # the limiting adaptor's own words
     assert plugin.memory_stats()["num_ooms"] == 1
     assert plugin.memory_allocated() == 16 * MIB, plugin.memory_allocated()
-    again = torch.ones(32 * MIB, dtype=torch.uint8, device="cuda")
-    assert int(again.sum()) == 32 * MIB and int(kept.sum()) == 16 * MIB
+    again = torch.ones(8 * MIB, dtype=torch.float32, device="cuda")
+    assert int(again.sum()) == 8 * MIB and int(kept.sum()) == 4 * MIB
     print(f"refused: {message.splitlines()[0]}", file=sys.stderr)
 
 
@@ -340,15 +341,15 @@ def pool_out_of_memory():
     capped = cudapmr.LimitingAdaptor(cudapmr.default_device_stack(0), 64 * MIB)
     pool = torch.cuda.MemPool(plugin.allocator(capped).allocator())
     with torch.cuda.use_mem_pool(pool):
-        kept = torch.ones(16 * MIB, dtype=torch.uint8, device="cuda")
+        kept = torch.ones(4 * MIB, dtype=torch.float32, device="cuda")  # float32: its sum needs no widened copy
         try:
             torch.empty(96 * MIB, dtype=torch.uint8, device="cuda")
             raise AssertionError("an allocation past the cap was not refused")
         except torch.OutOfMemoryError:
             pass
         assert "the cap is" in plugin.last_error(), plugin.last_error()
-        again = torch.ones(32 * MIB, dtype=torch.uint8, device="cuda")
-        assert int(again.sum()) == 32 * MIB and int(kept.sum()) == 16 * MIB
+        again = torch.ones(8 * MIB, dtype=torch.float32, device="cuda")
+        assert int(again.sum()) == 8 * MIB and int(kept.sum()) == 4 * MIB
         del kept, again
     assert not cudapmr._cudapmr._torch_bridge_state(0)["current_allocator"]
     del pool

@@ -55,7 +55,7 @@ fi
 
 (cd /tmp && "$python" -m cudapmr) >"$out/devices.log" 2>&1
 
-"$python" -m pytest -v -rs test/python >"$out/pytest.log" 2>&1
+"$python" -m pytest -v -rs --durations=15 test/python >"$out/pytest.log" 2>&1
 pytest_rc=$?
 verdict "$([[ $pytest_rc == 0 ]] && echo ok || echo FAILED)" "pytest: $(tail -1 "$out/pytest.log")"
 

@@ -28,16 +28,38 @@ def kernels_on_a_counted_stack():
     counted = cudapmr.StatisticsAdaptor(cudapmr.default_device_stack(0))
     cuda.set_memory_manager(cudapmr.numba.memory_manager(counted))
 
-    @cuda.jit
     def scale_and_bias(values, scale, bias):
         i = cuda.grid(1)
         if i < values.size:
             values[i] = values[i] * scale + bias
 
+    # numba-cuda's own compiler can fail before any memory is involved (a numba-cuda built for an older NumPy
+    # imports np.row_stack, gone from NumPy 2.4); the memory manager is then checked with CuPy's kernel instead.
+    try:
+        cuda.compile_ptx(scale_and_bias, "void(float32[:], float32, float32)", cc=(9, 0))
+        kernel = cuda.jit(scale_and_bias)
+    except Exception as broken:  # whatever numba-cuda's compiler raises; it has not touched the memory manager
+        try:
+            import cupy
+        except ImportError:
+            print(f"numba-cuda cannot compile a kernel here ({type(broken).__name__}: {broken}) and CuPy is missing")
+            sys.exit(UNAVAILABLE)
+        print(f"numba-cuda cannot compile a kernel here ({type(broken).__name__}: {broken}); CuPy's kernel "
+              "runs on Numba's arrays instead", file=sys.stderr)
+        kernel = None
+
     host = numpy.arange(1 << 20, dtype=numpy.float32)
     values = cuda.to_device(host)
     assert counted.statistics().bytes.current >= host.nbytes, counted.statistics()
-    scale_and_bias[(host.size + 255) // 256, 256](values, 2.0, 1.0)
+    if kernel is not None:
+        kernel[(host.size + 255) // 256, 256](values, 2.0, 1.0)
+    else:
+        view = cupy.asarray(values)  # Numba's array through the CUDA array interface: no copy
+        assert view.data.ptr == values.device_ctypes_pointer.value
+        view *= 2
+        view += 1
+        cupy.cuda.runtime.deviceSynchronize()
+        del view
     assert numpy.array_equal(values.copy_to_host(), host * 2 + 1)
     empty = cuda.device_array(0, dtype=numpy.float32)  # an empty array still gets a real block
     assert cuda.current_context().memory_manager.interface_version == 1

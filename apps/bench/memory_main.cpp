@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -366,7 +367,8 @@ struct named_workload {
   workload run;
 };
 
-std::vector<named_workload> workloads(const std::vector<replay::event>& trace) {
+/// `trace_name`: the log's file name, or empty for replay's own 16-thread workload.
+std::vector<named_workload> workloads(const std::vector<replay::event>& trace, const std::string& trace_name) {
   return {
       {"pair 256 B", [](workload_context& c) { pairs(c, 256); }},
       {"pair 1 MiB", [](workload_context& c) { pairs(c, mebibyte); }},
@@ -377,7 +379,8 @@ std::vector<named_workload> workloads(const std::vector<replay::event>& trace) {
       {"burst to 60 %, freed, 1 s idle", freed_burst},
       {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
       {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
-      {"trace replay, 16 threads", [&trace](workload_context& c) { replay_trace(c, trace); }},
+      {trace_name.empty() ? std::string("trace replay, 16 threads") : fmt::format("trace replay, {}", trace_name),
+       [&trace](workload_context& c) { replay_trace(c, trace); }},
   };
 }
 
@@ -450,7 +453,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "cudapmr_memory_bench: the trace: {}\n", error.what());
     return 2;
   }
-  const std::vector<named_workload> work = workloads(trace);
+  const std::vector<named_workload> work =
+      workloads(trace, trace_path.empty() ? std::string() : std::filesystem::path(trace_path).filename().string());
   std::map<std::pair<std::string, std::string>, result> medians;
   std::FILE* timeline_file = std::fopen(timeline_path.c_str(), "w");
   if (timeline_file != nullptr) std::fprintf(timeline_file, "allocator,workload,operation,device_mib\n");

@@ -9,7 +9,8 @@ the StatisticsAdaptor on top counting exactly the Buffers still open or
 exported, and nothing live once all is dropped.
 
 Hypothesis settings: the profile named by CUDAPMR_HYPOTHESIS_PROFILE, "ci"
-(the default: 100 examples a test) or "long"."""
+(the default: 100 examples a test), "quick" (25: a GPU machine lent for
+minutes) or "long"."""
 
 import gc
 import os
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 settings.register_profile("ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("quick", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=20000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("CUDAPMR_HYPOTHESIS_PROFILE", "ci"))
 

@@ -5,13 +5,16 @@
 // freed) is divided by the live peak (the most bytes the workload held at
 // once). Medians of the repetitions; a markdown table last, and the device
 // memory over time of one workload per allocator as CSV for the plot.
+// With `--peak`, each workload runs once more over each allocator, untimed,
+// reading the device memory in use after every allocation: the most it held
+// while the workload ran, over the live peak (the footprint a program sees).
 //
 // The trace workload replays a logging_adaptor log (`--trace FILE`, or by
 // default one recorded at start from replay's 16-thread workload) with a
 // thread per logged thread and a stream per logged stream.
 //
 //   cudapmr_memory_bench [--repetitions N] [--timeline memory_timeline.csv] [--trace FILE] [--only WORKLOAD]
-//                        [--with ALLOCATOR]... [--version]
+//                        [--with ALLOCATOR]... [--peak] [--version]
 #include "command_line.hpp"
 #include "peer_allocators.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
@@ -31,6 +34,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -389,6 +393,35 @@ struct result {
   double lost_over_peak;
 };
 
+/// An entrant that reads the device memory in use after each of its
+/// allocations (thread-safe: the trace replay allocates from many threads).
+/// Device memory grows only when something is allocated, so this sees every peak.
+class peak_reading_allocator final : public allocator_under_test {
+ public:
+  peak_reading_allocator(std::unique_ptr<allocator_under_test> inner, std::size_t before)
+      : inner_(std::move(inner)), most_used_(before) {}
+  void* allocate(std::size_t bytes, cudaStream_t stream) override {
+    void* p = inner_->allocate(bytes, stream);
+    std::size_t used = 0;
+    try {
+      used = device_used();
+    } catch (...) {
+      inner_->deallocate(p, bytes, stream);
+      throw;
+    }
+    std::size_t most = most_used_.load(std::memory_order_relaxed);
+    while (used > most && !most_used_.compare_exchange_weak(most, used, std::memory_order_relaxed)) {
+    }
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes, cudaStream_t stream) override { inner_->deallocate(p, bytes, stream); }
+  [[nodiscard]] std::size_t most_used() const noexcept { return most_used_.load(std::memory_order_relaxed); }
+
+ private:
+  std::unique_ptr<allocator_under_test> inner_;
+  std::atomic<std::size_t> most_used_;
+};
+
 result run_once(const entrant& who, const named_workload& what,
                 std::vector<std::pair<std::size_t, std::size_t>>* timeline) {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -409,6 +442,19 @@ result run_once(const entrant& who, const named_workload& what,
   return {seconds * 1e9 / static_cast<double>(context.operations), lost / static_cast<double>(context.live_peak)};
 }
 
+/// The most device memory `what` held over `who` at once (untimed), over its live peak.
+double held_at_most_over_live_peak(const entrant& who, const named_workload& what) {
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const std::size_t before = device_used();
+  auto reading = std::make_unique<peak_reading_allocator>(who.make(), before);
+  workload_context context{*reading};
+  what.run(context);
+  const std::size_t most = reading->most_used();
+  reading.reset();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return static_cast<double>(most - before) / static_cast<double>(context.live_peak);
+}
+
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t middle = values.size() / 2;
@@ -424,6 +470,7 @@ int main(int argc, char** argv) {
   std::string only;
   std::vector<std::string> with;
   std::string trace_path;
+  bool peak = false;
   CLI::App app(
       "Time and memory side by side: each workload over each device allocator, made fresh for every repetition; "
       "the device memory it lost over the live peak, medians of the repetitions.",
@@ -438,6 +485,9 @@ int main(int argc, char** argv) {
   app.add_option("--only", only, "run only the workloads whose name contains this")->type_name("WORKLOAD");
   app.add_option("--with", with, "run only the allocators whose name contains one of these (repeatable)")
       ->type_name("ALLOCATOR");
+  app.add_flag("--peak", peak,
+               "run each workload once more over each allocator, untimed, and report the most device memory it held "
+               "while the workload ran over the live peak");
   cudapmr::apps::parse_or_exit(app, argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -456,6 +506,8 @@ int main(int argc, char** argv) {
   const std::vector<named_workload> work =
       workloads(trace, trace_path.empty() ? std::string() : std::filesystem::path(trace_path).filename().string());
   std::map<std::pair<std::string, std::string>, result> medians;
+  std::map<std::pair<std::string, std::string>, double> held_at_most;
+  std::vector<const entrant*> ran;  // in the entrants' order, each once
   std::FILE* timeline_file = std::fopen(timeline_path.c_str(), "w");
   if (timeline_file != nullptr) std::fprintf(timeline_file, "allocator,workload,operation,device_mib\n");
   try {
@@ -481,8 +533,15 @@ int main(int argc, char** argv) {
         }
         const result summary{median(times), median(ratios)};
         medians[{what.name, who.name}] = summary;
-        fmt::print("{:<26} {:<52} {:>12.0f} ns/op {:>10.2f} lost/peak\n", what.name, who.name, summary.ns_per_operation,
+        if (std::find(ran.begin(), ran.end(), &who) == ran.end()) ran.push_back(&who);
+        fmt::print("{:<26} {:<52} {:>12.0f} ns/op {:>10.2f} lost/peak", what.name, who.name, summary.ns_per_operation,
                    summary.lost_over_peak);
+        if (peak) {
+          const double most = held_at_most_over_live_peak(who, what);
+          held_at_most[{what.name, who.name}] = most;
+          fmt::print(" {:>10.2f} held at most/peak", most);
+        }
+        fmt::print("\n");
         std::fflush(stdout);
       }
     }
@@ -491,19 +550,29 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (timeline_file != nullptr) std::fclose(timeline_file);
-  fmt::print("\n## Time (ns per operation) and device memory lost / live peak, medians of {}\n\n| workload |", repetitions);
-  for (const entrant& who : all) fmt::print(" {} |", who.name.substr(who.name.find(':') + 1));
-  fmt::print("\n|---|");
-  for (std::size_t i = 0; i < all.size(); ++i) fmt::print("---|");
-  fmt::print("\n");
-  for (const named_workload& what : work) {
-    if (!only.empty() && what.name.find(only) == std::string::npos) continue;
-    fmt::print("| {} |", what.name);
-    for (const entrant& who : all) {
-      const result& r = medians[{what.name, who.name}];
-      fmt::print(" {:.0f} ns, {:.2f} |", r.ns_per_operation, r.lost_over_peak);
-    }
+  std::sort(ran.begin(), ran.end());  // the entrants' order: they sit in one vector
+  const auto print_table = [&](const std::string& title, const auto& cell) {
+    fmt::print("\n## {}\n\n| workload |", title);
+    for (const entrant* who : ran) fmt::print(" {} |", who->name.substr(who->name.find(':') + 1));
+    fmt::print("\n|---|");
+    for (std::size_t i = 0; i < ran.size(); ++i) fmt::print("---|");
     fmt::print("\n");
-  }
+    for (const named_workload& what : work) {
+      if (!only.empty() && what.name.find(only) == std::string::npos) continue;
+      fmt::print("| {} |", what.name);
+      for (const entrant* who : ran) fmt::print(" {} |", cell(what.name, who->name));
+      fmt::print("\n");
+    }
+  };
+  print_table(fmt::format("Time (ns per operation) and device memory lost / live peak, medians of {}", repetitions),
+              [&](const std::string& what, const std::string& who) {
+                const result& r = medians[{what, who}];
+                return fmt::format("{:.0f} ns, {:.2f}", r.ns_per_operation, r.lost_over_peak);
+              });
+  if (peak)
+    print_table("Device memory held at most while the workload ran / live peak (one untimed run)",
+                [&](const std::string& what, const std::string& who) {
+                  return fmt::format("{:.2f}", held_at_most[{what, who}]);
+                });
   return 0;
 }

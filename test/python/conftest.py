@@ -3,6 +3,7 @@
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,16 @@ UNAVAILABLE = 3  # what a child script exits with where this machine cannot run 
 def run_child(script, scenario):
     """Runs ``scenario`` of ``script`` (a file beside this one) in a child
     process, which a failure may crash or deadlock: passes when it prints
-    ``ok``, skips when it exits with UNAVAILABLE, else fails with its output."""
+    ``ok`` (``ok (NOTE)``: passes with NOTE as a warning in pytest's summary),
+    skips when it exits with UNAVAILABLE, else fails with its output."""
     path = Path(__file__).with_name(script)
     # The timeout only stops a hang that the child's own watchdog missed.
     child = subprocess.run([sys.executable, str(path), scenario], capture_output=True, text=True, timeout=600,
                            cwd=path.parent)
     if child.returncode == UNAVAILABLE:
         pytest.skip(f"{script} {scenario}: {child.stdout.strip()}")
-    assert (child.returncode, child.stdout.strip()) == (0, "ok"), (
+    said = child.stdout.strip()
+    assert child.returncode == 0 and (said == "ok" or said.startswith("ok (") and said.endswith(")")), (
         f"{script} {scenario} exited {child.returncode}: {child.stdout[-2000:]}{child.stderr[-4000:]}")
+    if said != "ok":
+        warnings.warn(f"{script} {scenario}: {said[len('ok ('):-1]}", stacklevel=2)

@@ -136,7 +136,7 @@ def out_of_memory():
 
     capped = cudapmr.LimitingAdaptor(cudapmr.default_device_stack(0), 64 * MIB)
     torch.cuda.memory.change_current_allocator(plugin.allocator(capped))
-    # float32, whose sum PyTorch reduces in place: a uint8 sum would first widen the tensor to int64, past the cap
+    # float32, whose sum reads the tensor as it is: a uint8 sum first widens it to an int64 copy, past the cap
     kept = torch.ones(4 * MIB, dtype=torch.float32, device="cuda")
     try:
         torch.empty(128 * MIB, dtype=torch.uint8, device="cuda")

@@ -5,10 +5,12 @@
 and 384) as a logging_adaptor log, for `replay` and for
 `cudapmr_memory_bench --trace`, which replays it over every allocator.
 
-PyTorch's profiler records each block its allocator hands out and takes
-back. On a machine without a GPU the loop runs on the CPU (`--device cpu`,
-the default); the model, the optimizer's foreach path and the order of the
-tensors are those of the GPU loop, which `--device cuda` records directly.
+On a GPU (`--device cuda`) PyTorch's memory history records what the loop
+asked its allocator for, on which stream. Without one (`--device cpu`, the
+default) PyTorch's profiler records the CPU allocator's blocks while the same
+model and optimizer (its foreach path, as on a GPU) run on the CPU: an
+approximation of the GPU's sequence, with the scalars a GPU run keeps on the
+host among them and no cuBLAS workspace.
 
     python3 apps/python/training_trace.py [--steps 15] [--device cpu|cuda] [--out training_trace.csv]
 """
@@ -21,14 +23,13 @@ import tempfile
 
 CSV_HEADER = "sequence,time_ns,thread,action,pointer,bytes,alignment,stream,kind"
 BATCHES = [256, 512, 128, 1024, 384]
-DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # the profiler's "Device Type" of a memory event
+CPU_DEVICE_TYPE = 0  # the profiler's "Device Type" of a CPU allocator's memory event
 
 
 def record(steps, device):
-    """The loop's memory events in order, as (time_ns, address, bytes) with
-    negative bytes for a free; the parameters, made before the profile, first."""
+    """The loop's memory events in order, as (time_ns, address, bytes, stream)
+    with negative bytes for a free; the parameters, made before recording, first."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
@@ -44,43 +45,68 @@ def record(steps, device):
         loss.backward()
         optimizer.step()
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=activities, profile_memory=True) as profiler:
+    def run():
         for i in range(steps):
             step(BATCHES[i % len(BATCHES)])
-        if device == "cuda":
-            torch.cuda.synchronize()
+
+    parameters = [(0, 0x1000 * (index + 1), parameter.nbytes, 0)  # fake addresses, below any real one
+                  for index, parameter in enumerate(model.parameters())]
+    events = on_gpu(torch, run) if device == "cuda" else on_cpu(torch, run)
+    if not events:
+        raise SystemExit(f"training_trace: nothing was recorded on {device}")
+    start = events[0][0]
+    return parameters + [(time_ns - start, address, size, stream) for time_ns, address, size, stream in events]
+
+
+def on_gpu(torch, run):
+    """What `run` asked the CUDA allocator for and gave back (its memory
+    history: requested sizes, streams), in order."""
+    torch.cuda.memory._record_memory_history(max_entries=1 << 20)
+    try:
+        run()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    signs = {"alloc": 1, "free_requested": -1}  # a free in program order; free_completed follows its stream
+    return [(int(entry.get("time_us", 0) * 1000), entry["addr"], signs[entry["action"]] * entry["size"],
+             entry["stream"])
+            for entry in snapshot["device_traces"][torch.cuda.current_device()] if entry["action"] in signs]
+
+
+def on_cpu(torch, run):
+    """The CPU allocator's blocks that `run` took and gave back (PyTorch's
+    profiler), in order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        run()
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")
         profiler.export_chrome_trace(path)
         with open(path) as file:
             trace = json.load(file)
-    memory = sorted((event for event in trace["traceEvents"] if event.get("name") == "[memory]"
-                     and event["args"].get("Device Type") == DEVICE_TYPES[device]), key=lambda event: event["ts"])
-    if not memory:
-        raise SystemExit(f"training_trace: the profiler recorded no {device} memory events")
-    start = memory[0]["ts"]
-    events = [(0, 0x1000 * (index + 1), parameter.nbytes)
-              for index, parameter in enumerate(model.parameters())]  # fake addresses below any real one
-    events += [(int((event["ts"] - start) * 1000), event["args"]["Addr"], event["args"]["Bytes"]) for event in memory]
-    return events
+    memory = sorted((event for event in trace["traceEvents"]
+                     if event.get("name") == "[memory]" and event["args"].get("Device Type") == CPU_DEVICE_TYPE),
+                    key=lambda event: event["ts"])
+    return [(int(event["ts"] * 1000), event["args"]["Addr"], event["args"]["Bytes"], 0) for event in memory]
 
 
 def write_log(events, out):
-    """Writes the events as a logging_adaptor log on one thread and one stream;
-    frees of blocks allocated before the profile began are left out."""
+    """Writes the events as a logging_adaptor log on one thread; frees of
+    blocks allocated before recording began, and empty events, are left out."""
     live = set()
     lines = [CSV_HEADER]
-    for time_ns, address, size in events:
+    for time_ns, address, size, stream in events:
         if size > 0:
             live.add(address)
             action = "allocate"
-        elif address in live:
+        elif size < 0 and address in live:
             live.discard(address)
             action, size = "deallocate", -size
         else:
             continue
-        lines.append(f"{len(lines) - 1},{time_ns},0,{action},{address:#x},{size},256,0x0,device")
+        lines.append(f"{len(lines) - 1},{time_ns},0,{action},{address:#x},{size},256,{stream:#x},device")
     with open(out, "w") as file:
         file.write("\n".join(lines) + "\n")
     return len(lines) - 1, len(live)
@@ -89,7 +115,7 @@ def write_log(events, out):
 def main():
     parser = argparse.ArgumentParser(description="bench.py's training loop as a logging_adaptor log")
     parser.add_argument("--steps", type=int, default=15, help="training steps recorded (default 15)")
-    parser.add_argument("--device", choices=sorted(DEVICE_TYPES), default="cpu")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--out", default="training_trace.csv")
     arguments = parser.parse_args()
     if arguments.steps < 1:

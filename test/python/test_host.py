@@ -529,22 +529,3 @@ def test_pinned_options_refuse_a_numa_node_the_machine_lacks_before_any_cuda_cal
     with pytest.raises(ValueError, match="NUMA node 9999 is not one this process may use"):
         cudapmr.PinnedMemoryResource(options)
 
-
-def test_training_trace_writes_a_replayable_log(tmp_path):
-    """apps/python/training_trace.py writes logging_adaptor's CSV: allocations,
-    frees of what it allocated, and nothing for a free of an earlier block."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[2] / "apps" / "python" / "training_trace.py"
-    spec = importlib.util.spec_from_file_location("training_trace", path)
-    trace = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(trace)
-    out = tmp_path / "trace.csv"
-    written, outstanding = trace.write_log([(0, 0x1000, 4096), (10, 0x7f00, 512), (20, 0x1000, -4096),
-                                            (30, 0x5000, -256)], out)
-    assert (written, outstanding) == (3, 1)
-    assert out.read_text().splitlines() == [
-        "sequence,time_ns,thread,action,pointer,bytes,alignment,stream,kind",
-        "0,0,0,allocate,0x1000,4096,256,0x0,device",
-        "1,10,0,allocate,0x7f00,512,256,0x0,device",
-        "2,20,0,deallocate,0x1000,4096,256,0x0,device"]

@@ -391,6 +391,7 @@ std::vector<named_workload> workloads(const std::vector<replay::event>& trace, c
 struct result {
   double ns_per_operation;
   double lost_over_peak;
+  double held_at_most_over_peak = 0;  // read only where asked: it costs a cudaMemGetInfo per allocation
 };
 
 /// An entrant that reads the device memory in use after each of its
@@ -422,11 +423,19 @@ class peak_reading_allocator final : public allocator_under_test {
   std::atomic<std::size_t> most_used_;
 };
 
+/// One run of `what` over a fresh `who`. With `read_peak`, every allocation
+/// also reads the device memory in use (its time is then not the allocator's).
 result run_once(const entrant& who, const named_workload& what,
-                std::vector<std::pair<std::size_t, std::size_t>>* timeline) {
+                std::vector<std::pair<std::size_t, std::size_t>>* timeline, bool read_peak = false) {
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const std::size_t before = device_used();
-  auto allocator = who.make();
+  std::unique_ptr<allocator_under_test> allocator = who.make();
+  const peak_reading_allocator* reading = nullptr;
+  if (read_peak) {
+    auto wrapped = std::make_unique<peak_reading_allocator>(std::move(allocator), before);
+    reading = wrapped.get();
+    allocator = std::move(wrapped);
+  }
   workload_context context{*allocator};
   context.timeline = timeline;
   context.sample_every = 500;
@@ -435,24 +444,14 @@ result run_once(const entrant& who, const named_workload& what,
   const auto stop = std::chrono::steady_clock::now();
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const std::size_t after = device_used();
+  const std::size_t most = reading != nullptr ? reading->most_used() : before;
   allocator.reset();
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const double seconds = std::chrono::duration<double>(stop - start).count();
   const double lost = after > before ? static_cast<double>(after - before) : 0.0;
-  return {seconds * 1e9 / static_cast<double>(context.operations), lost / static_cast<double>(context.live_peak)};
-}
-
-/// The most device memory `what` held over `who` at once (untimed), over its live peak.
-double held_at_most_over_live_peak(const entrant& who, const named_workload& what) {
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  const std::size_t before = device_used();
-  auto reading = std::make_unique<peak_reading_allocator>(who.make(), before);
-  workload_context context{*reading};
-  what.run(context);
-  const std::size_t most = reading->most_used();
-  reading.reset();
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  return static_cast<double>(most - before) / static_cast<double>(context.live_peak);
+  const auto live_peak = static_cast<double>(context.live_peak);
+  return {seconds * 1e9 / static_cast<double>(context.operations), lost / live_peak,
+          static_cast<double>(most - before) / live_peak};
 }
 
 double median(std::vector<double> values) {
@@ -506,18 +505,18 @@ int main(int argc, char** argv) {
   const std::vector<named_workload> work =
       workloads(trace, trace_path.empty() ? std::string() : std::filesystem::path(trace_path).filename().string());
   std::map<std::pair<std::string, std::string>, result> medians;
-  std::map<std::pair<std::string, std::string>, double> held_at_most;
-  std::vector<const entrant*> ran;  // in the entrants' order, each once
+  std::vector<const entrant*> chosen;  // the entrants `--with` names (all without it), in their order
+  for (const entrant& who : all) {
+    const auto named = [&who](const std::string& part) { return who.name.find(part) != std::string::npos; };
+    if (with.empty() || std::any_of(with.begin(), with.end(), named)) chosen.push_back(&who);
+  }
   std::FILE* timeline_file = std::fopen(timeline_path.c_str(), "w");
   if (timeline_file != nullptr) std::fprintf(timeline_file, "allocator,workload,operation,device_mib\n");
   try {
     for (const named_workload& what : work) {
       if (!only.empty() && what.name.find(only) == std::string::npos) continue;
-      for (const entrant& who : all) {
-        if (!with.empty() && std::none_of(with.begin(), with.end(), [&](const std::string& part) {
-              return who.name.find(part) != std::string::npos;
-            }))
-          continue;
+      for (const entrant* each : chosen) {
+        const entrant& who = *each;
         std::vector<double> times;
         std::vector<double> ratios;
         for (int repetition = 0; repetition < repetitions; ++repetition) {
@@ -531,16 +530,14 @@ int main(int argc, char** argv) {
               std::fprintf(timeline_file, "\"%s\",\"%s\",%zu,%.1f\n", who.name.c_str(), what.name.c_str(), operation,
                            static_cast<double>(used) / 1048576.0);
         }
-        const result summary{median(times), median(ratios)};
-        medians[{what.name, who.name}] = summary;
-        if (std::find(ran.begin(), ran.end(), &who) == ran.end()) ran.push_back(&who);
+        result summary{median(times), median(ratios)};
         fmt::print("{:<26} {:<52} {:>12.0f} ns/op {:>10.2f} lost/peak", what.name, who.name, summary.ns_per_operation,
                    summary.lost_over_peak);
-        if (peak) {
-          const double most = held_at_most_over_live_peak(who, what);
-          held_at_most[{what.name, who.name}] = most;
-          fmt::print(" {:>10.2f} held at most/peak", most);
+        if (peak) {  // one more run, untimed
+          summary.held_at_most_over_peak = run_once(who, what, nullptr, true).held_at_most_over_peak;
+          fmt::print(" {:>10.2f} held at most/peak", summary.held_at_most_over_peak);
         }
+        medians[{what.name, who.name}] = summary;
         fmt::print("\n");
         std::fflush(stdout);
       }
@@ -550,29 +547,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (timeline_file != nullptr) std::fclose(timeline_file);
-  std::sort(ran.begin(), ran.end());  // the entrants' order: they sit in one vector
   const auto print_table = [&](const std::string& title, const auto& cell) {
     fmt::print("\n## {}\n\n| workload |", title);
-    for (const entrant* who : ran) fmt::print(" {} |", who->name.substr(who->name.find(':') + 1));
+    for (const entrant* who : chosen) fmt::print(" {} |", who->name.substr(who->name.find(':') + 1));
     fmt::print("\n|---|");
-    for (std::size_t i = 0; i < ran.size(); ++i) fmt::print("---|");
+    for (std::size_t i = 0; i < chosen.size(); ++i) fmt::print("---|");
     fmt::print("\n");
     for (const named_workload& what : work) {
       if (!only.empty() && what.name.find(only) == std::string::npos) continue;
       fmt::print("| {} |", what.name);
-      for (const entrant* who : ran) fmt::print(" {} |", cell(what.name, who->name));
+      for (const entrant* who : chosen) fmt::print(" {} |", cell(medians[{what.name, who->name}]));
       fmt::print("\n");
     }
   };
   print_table(fmt::format("Time (ns per operation) and device memory lost / live peak, medians of {}", repetitions),
-              [&](const std::string& what, const std::string& who) {
-                const result& r = medians[{what, who}];
-                return fmt::format("{:.0f} ns, {:.2f}", r.ns_per_operation, r.lost_over_peak);
-              });
+              [](const result& r) { return fmt::format("{:.0f} ns, {:.2f}", r.ns_per_operation, r.lost_over_peak); });
   if (peak)
     print_table("Device memory held at most while the workload ran / live peak (one untimed run)",
-                [&](const std::string& what, const std::string& who) {
-                  return fmt::format("{:.2f}", held_at_most[{what, who}]);
-                });
+                [](const result& r) { return fmt::format("{:.2f}", r.held_at_most_over_peak); });
   return 0;
 }

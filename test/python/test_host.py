@@ -528,4 +528,3 @@ def test_pinned_options_refuse_a_numa_node_the_machine_lacks_before_any_cuda_cal
     assert cudapmr.PinnedMemoryResourceOptions().numa_node is None
     with pytest.raises(ValueError, match="NUMA node 9999 is not one this process may use"):
         cudapmr.PinnedMemoryResource(options)
-

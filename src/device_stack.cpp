@@ -21,9 +21,9 @@
 namespace cudapmr {
 namespace {
 
-/// The stacks whose idle thread runs. At exit their threads stop before
-/// CUDA's teardown: a stack never destroyed, such as `default_device_stack`'s,
-/// must not call the driver while it goes away. (This assumes, as the CUDA
+/// The stacks whose idle thread runs. At exit their threads stop, and what
+/// they hold idle goes back, before CUDA's teardown: a stack never destroyed,
+/// such as `default_device_stack`'s, must not call the driver while it goes away. (This assumes, as the CUDA
 /// runtime does today, that it registers its teardown at its first call,
 /// before any stack exists, so that it runs after this.) A forked child has
 /// none of its parent's threads: it leaves them alone.
@@ -58,7 +58,16 @@ device_stack::device_stack(int device, device_stack_options options)
     std::atexit([] {
       const std::lock_guard lock(registry().mutex);  // a stack destroyed meanwhile waits, then finds itself gone
       if (registry().process != ::getpid()) return;  // a forked child: not its threads
-      for (device_stack* stack : registry().running) stack->stop_idle_thread();
+      for (device_stack* stack : registry().running) {
+        stack->stop_idle_thread();
+        // What it holds idle goes back before CUDA's teardown: the driver
+        // would take it anyway, but a leak checker (compute-sanitizer's
+        // memcheck) reports every mapping still there when the context ends.
+        try {
+          stack->release();
+        } catch (...) {  // a device already unusable: the process ends regardless
+        }
+      }
       registry().running.clear();
     });
   });

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -142,6 +143,27 @@ TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {
   CUDAPMR_REQUIRE_GPU();
   EXPECT_EQ(&default_device_stack(0), &default_device_stack(0));
   EXPECT_THROW(static_cast<void>(default_device_stack(device::count())), std::invalid_argument);
+}
+
+/// Run at exit after the default stack's own handler (registered before it):
+/// the process's status says whether the stack still maps anything.
+void exit_with_whether_the_default_stack_maps_memory() {
+  std::_Exit(default_device_stack(0).leaf().mapped_bytes() == 0 ? 0 : 1);
+}
+
+TEST(DeviceStack, TheProcessDefaultGivesBackWhatItHoldsIdleAtExit) {
+  CUDAPMR_REQUIRE_GPU();
+  // A fresh process, not a fork: a forked child leaves its parent's stacks alone at exit.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::atexit(exit_with_whether_the_default_stack_maps_memory);
+        device_stack& stack = default_device_stack(0);
+        stack.deallocate(stack.allocate(mebibyte), mebibyte);
+        std::exit(2);
+      },
+      ::testing::ExitedWithCode(0), "")
+      << "the default stack still mapped memory when the process ended (compute-sanitizer's memcheck reports it)";
 }
 
 }  // namespace

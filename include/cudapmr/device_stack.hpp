@@ -124,7 +124,9 @@ class device_stack final : public stream_ordered_resource {
 
 /// The process's device_stack of `device` (default: the current device), made
 /// on first use and never destroyed, so that a free during exit still finds
-/// it; the driver takes back what it has mapped when the process ends.
+/// it. At exit, before CUDA's teardown, it gives back what it holds idle (as
+/// `release()`, graphs' memory included); what is still live the driver takes
+/// back when the process ends.
 /// \throws as device_stack's constructor.
 [[nodiscard]] device_stack& default_device_stack(int device = -1);
 

@@ -4,15 +4,19 @@
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/per_device.hpp"
 #include "cudapmr/detail/relaxed_capture_scope.hpp"
+#include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,16 +25,17 @@
 namespace cudapmr {
 namespace {
 
-/// The stacks whose idle thread runs. At exit their threads stop, and what
-/// they hold idle goes back, before CUDA's teardown: a stack never destroyed,
-/// such as `default_device_stack`'s, must not call the driver while it goes away. (This assumes, as the CUDA
-/// runtime does today, that it registers its teardown at its first call,
-/// before any stack exists, so that it runs after this.) A forked child has
-/// none of its parent's threads: it leaves them alone.
+/// The stacks whose idle thread runs. At exit, before CUDA's teardown, their
+/// threads stop and they give back what they hold idle: a stack never
+/// destroyed, such as `default_device_stack`'s, must not call the driver
+/// while it goes away. (This assumes, as the CUDA runtime does today, that it
+/// registers its teardown at its first call, before any stack exists, so that
+/// it runs after this.) A forked child has none of its parent's threads: it
+/// leaves them alone.
 struct idle_threads {
   std::mutex mutex;
   std::vector<device_stack*> running;
-  pid_t process = 0;  // whose threads `running` are
+  std::atomic<pid_t> process = 0;  // whose threads `running` are; read before the lock, which a fork may have left held
 };
 
 idle_threads& registry() {
@@ -56,17 +61,11 @@ device_stack::device_stack(int device, device_stack_options options)
   static std::once_flag at_exit;
   std::call_once(at_exit, [] {
     std::atexit([] {
+      if (registry().process.load() != ::getpid()) return;  // a forked child: not its threads
       const std::lock_guard lock(registry().mutex);  // a stack destroyed meanwhile waits, then finds itself gone
-      if (registry().process != ::getpid()) return;  // a forked child: not its threads
       for (device_stack* stack : registry().running) {
         stack->stop_idle_thread();
-        // What it holds idle goes back before CUDA's teardown: the driver
-        // would take it anyway, but a leak checker (compute-sanitizer's
-        // memcheck) reports every mapping still there when the context ends.
-        try {
-          stack->release();
-        } catch (...) {  // a device already unusable: the process ends regardless
-        }
+        stack->give_back_at_exit();
       }
       registry().running.clear();
     });
@@ -75,7 +74,7 @@ device_stack::device_stack(int device, device_stack_options options)
   idle_thread_ = std::jthread([this, interval](std::stop_token stop) { give_back_while_idle(std::move(stop), interval); });
   try {
     const std::lock_guard lock(registry().mutex);
-    registry().process = ::getpid();
+    registry().process.store(::getpid());
     registry().running.push_back(this);
   } catch (...) {
     stop_idle_thread();
@@ -120,6 +119,29 @@ void device_stack::give_back_while_idle(std::stop_token stop, std::chrono::milli
     } catch (...) {  // no memory for the statistics: the next look tries again
     }
     lock.lock();
+  }
+}
+
+void device_stack::give_back_at_exit() noexcept {
+  // After a device reset what the stack held is gone, and a call would make a new context.
+  if (!detail::has_active_context(device_id())) return;
+  const detail::relaxed_capture_scope relaxed;  // as the idle thread: no capture of another thread breaks
+  if (cudaSetDevice(device_id()) != cudaSuccess) return;
+  try {
+    front_.release();
+    // Work still queued before the last frees gets a moment to finish; what
+    // is still not done then, what is live and graphs' memory (a graph may
+    // replay until the end) the driver takes back when the process ends.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    for (;;) {
+      static_cast<void>(engine_.release_idle(0));
+      leaf_.unmap_completed();
+      const bool engine_waits =
+          engine_.statistics().pending_blocks != 0 || engine_.state().releasable_bytes.value_or(0) != 0;
+      if ((!engine_waits && !leaf_.has_frees_waiting_on_work()) || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (...) {  // no memory for a statistic: the driver takes the rest
   }
 }
 

@@ -10,11 +10,7 @@
 #include <cudaTypedefs.h>
 
 namespace cudapmr::detail {
-namespace {
 
-/// Whether the runtime has a context on `ordinal` that work could be queued
-/// in: its primary context is active (unknown counts as active). Selecting a
-/// device whose context is not would create one, with nothing to wait for.
 bool has_active_context(int ordinal) noexcept {
   static const auto get_device = driver_function<PFN_cuDeviceGet_v2000>("cuDeviceGet");
   static const auto get_state = driver_function<PFN_cuDevicePrimaryCtxGetState_v7000>("cuDevicePrimaryCtxGetState");
@@ -25,8 +21,6 @@ bool has_active_context(int ordinal) noexcept {
   if (get_device(&device, ordinal) != CUDA_SUCCESS || get_state(device, &flags, &active) != CUDA_SUCCESS) return true;
   return active != 0;
 }
-
-}  // namespace
 
 void synchronize_devices(memory_kind kind, int device_id) {
   if (kind == memory_kind::pageable) return;

@@ -478,6 +478,12 @@ void virtual_memory_resource::unmap_completed() noexcept {
   }
 }
 
+bool virtual_memory_resource::has_frees_waiting_on_work() const noexcept {
+  const std::lock_guard lock(mutex_);
+  return std::any_of(book_->pending.begin(), book_->pending.end(),
+                     [](const freed_range& freed) { return freed.event != nullptr; });
+}
+
 void virtual_memory_resource::do_trim(stream_ref /*stream: each pending free has its own event*/) {
   release_completed();
 }

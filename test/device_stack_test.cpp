@@ -7,12 +7,13 @@
 #include <cudapmr/device.hpp>
 #include <cudapmr/device_stack.hpp>
 #include <cudapmr/memory_snapshot.hpp>
+#include <cudapmr/stream.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -145,8 +146,8 @@ TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {
   EXPECT_THROW(static_cast<void>(default_device_stack(device::count())), std::invalid_argument);
 }
 
-/// Run at exit after the default stack's own handler (registered before it):
-/// the process's status says whether the stack still maps anything.
+/// Registered before the default stack's exit handler, so run after it: the
+/// process's status says whether the stack still maps anything.
 void exit_with_whether_the_default_stack_maps_memory() {
   std::_Exit(default_device_stack(0).leaf().mapped_bytes() == 0 ? 0 : 1);
 }
@@ -161,7 +162,10 @@ TEST(DeviceStack, TheProcessDefaultGivesBackWhatItHoldsIdleAtExit) {
       {
         std::atexit(exit_with_whether_the_default_stack_maps_memory);
         device_stack& stack = default_device_stack(0);
-        stack.deallocate(stack.allocate(mebibyte), mebibyte);
+        stack.deallocate(stack.allocate(mebibyte), mebibyte);  // the pmr path
+        const cudapmr::stream stream(0);
+        stack.deallocate_async(stack.allocate_async(8 * mebibyte, stream), 8 * mebibyte, stream);  // past the front
+        stream.synchronize();
         std::exit(2);
       },
       ::testing::ExitedWithCode(0), "")

@@ -109,6 +109,9 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void release_completed();
   /// Unmaps the freed ranges whose work has completed; never waits.
   void unmap_completed() noexcept;
+  /// Whether a freed range waits for work queued before its free (a range
+  /// freed during a capture waits for `release()` instead and does not count).
+  [[nodiscard]] bool has_frees_waiting_on_work() const noexcept;
   /// Synchronizes the device, then unmaps every freed range, those freed on
   /// captured streams included. Call it once no graph that used them will
   /// replay, and not while a stream of the device is being captured (the

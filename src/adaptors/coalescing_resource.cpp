@@ -518,7 +518,7 @@ std::size_t coalescing_resource::idle_allowance(std::size_t in_use_peak) const n
   return std::max(*options_.max_idle_bytes, in_use_peak / 2);
 }
 
-std::size_t coalescing_resource::release_idle() noexcept {
+std::size_t coalescing_resource::release_idle(std::size_t keep) noexcept {
   if (is_captured(own_bound_stream())) return 0;  // a free there would become a node of someone's graph
   std::vector<std::unique_ptr<segment>> taken;
   {
@@ -541,7 +541,6 @@ std::size_t coalescing_resource::release_idle() noexcept {
       return 0;
     }
     std::sort(ready.begin(), ready.end(), std::greater<>{});
-    const std::size_t keep = options_.max_idle_bytes.value_or(0);
     for (const auto& [bytes, base] : ready) {
       if (idle_bytes <= keep || !take_out(segments_.find(base), taken)) break;
       idle_bytes -= bytes;

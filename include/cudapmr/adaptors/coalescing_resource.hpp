@@ -156,7 +156,9 @@ class coalescing_resource final : public resource_adaptor {
   /// idle and stays. Never waits and never synchronizes, and does nothing
   /// while the bound stream is captured: for a thread that gives back what
   /// an idle program holds. Returns the bytes handed back.
-  std::size_t release_idle() noexcept;
+  std::size_t release_idle() noexcept { return release_idle(options_.max_idle_bytes.value_or(0)); }
+  /// As `release_idle()`, keeping at most `keep` bytes of idle segments.
+  std::size_t release_idle(std::size_t keep) noexcept;
   [[nodiscard]] coalescing_statistics statistics() const;
   [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string description() const override { return describe_as("coalescing_resource"); }

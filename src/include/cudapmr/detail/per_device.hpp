@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process's one `Resource` per device, made on first use and never
-// destroyed: a free during exit still finds it, and the driver takes back
-// what it holds when the process ends, not a destructor racing its teardown.
+// destroyed: a free during exit still finds it, and no destructor races
+// CUDA's teardown. What it still holds when the process ends (a device_stack
+// gives back what is idle at exit) the driver takes back.
 
 #include "cudapmr/device.hpp"
 

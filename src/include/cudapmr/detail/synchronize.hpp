@@ -11,4 +11,9 @@ namespace cudapmr::detail {
 /// (the others have no work); nothing for pageable memory. \throws cuda_error.
 void synchronize_devices(memory_kind kind, int device_id);
 
+/// Whether the runtime has a context on `ordinal` that work could be queued
+/// in: its primary context is active (unknown counts as active). A device
+/// reset leaves it inactive, and selecting the device would make a new one.
+[[nodiscard]] bool has_active_context(int ordinal) noexcept;
+
 }  // namespace cudapmr::detail

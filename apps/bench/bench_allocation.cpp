@@ -6,6 +6,7 @@
 // Names: alloc/<memory kind>/<workload>/<entrant>; entrants named "peer:..."
 // are the field, "cudapmr:..." are ours (bench_main.cpp prints the ratios).
 #include "peer_allocators.hpp"
+#include "stack_variants.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
 #include "rmm_peers.hpp"
 #endif
@@ -186,11 +187,9 @@ std::vector<entrant> entrants() {
        [] { return ours(std::make_shared<cudapmr::device_stack>(0), false); }},
       // What giving back at frees costs in time (the memory bench has the same row, for what it saves).
       {"device", "cudapmr:device_stack (engine keeps idle segments)", false,
-       [] {
-         cudapmr::device_stack_options keeps;
-         keeps.engine.max_idle_bytes.reset();
-         return ours(std::make_shared<cudapmr::device_stack>(0, keeps), false);
-       }},
+       [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::engine_keeps_idle_segments()), false); }},
+      {"device", "cudapmr:device_stack (small segments to 4 MiB)", false,
+       [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::small_segments_to_4_mib()), false); }},
       {"device", "cudapmr:coalescing_resource(virtual_memory)", false,
        [] { return ours_coalescing(std::make_shared<cudapmr::virtual_memory_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},

@@ -17,6 +17,7 @@
 //                        [--with ALLOCATOR]... [--peak] [--version]
 #include "command_line.hpp"
 #include "peer_allocators.hpp"
+#include "stack_variants.hpp"
 #ifdef CUDAPMR_BENCH_HAVE_RMM
 #include "rmm_peers.hpp"
 #endif
@@ -141,9 +142,13 @@ std::vector<entrant> entrants() {
   all.push_back({"cudapmr:device_stack", [] { return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_stack>(0), nullptr); }});
   // What giving back at frees saves in memory, against the time it costs (the allocation bench has the same row).
   all.push_back({"cudapmr:device_stack (engine keeps idle segments)", [] {
-                   cudapmr::device_stack_options keeps;
-                   keeps.engine.max_idle_bytes.reset();
-                   return std::make_unique<cudapmr_stack>(std::make_unique<cudapmr::device_stack>(0, keeps), nullptr);
+                   return std::make_unique<cudapmr_stack>(
+                       std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::engine_keeps_idle_segments()), nullptr);
+                 }});
+  // The front's blocks apart from large ones: the training loop's peak against the mix's end (docs/performance.md).
+  all.push_back({"cudapmr:device_stack (small segments to 4 MiB)", [] {
+                   return std::make_unique<cudapmr_stack>(
+                       std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::small_segments_to_4_mib()), nullptr);
                  }});
   return all;
 }

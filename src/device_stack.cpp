@@ -5,6 +5,7 @@
 #include "cudapmr/detail/per_device.hpp"
 #include "cudapmr/detail/relaxed_capture_scope.hpp"
 #include "cudapmr/detail/synchronize.hpp"
+#include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 
 #include <fmt/format.h>
@@ -126,22 +127,24 @@ void device_stack::give_back_at_exit() noexcept {
   // After a device reset what the stack held is gone, and a call would make a new context.
   if (!detail::has_active_context(device_id())) return;
   const detail::relaxed_capture_scope relaxed;  // as the idle thread: no capture of another thread breaks
-  if (cudaSetDevice(device_id()) != cudaSuccess) return;
   try {
-    front_.release();
+    const detail::scoped_device on_its_device(device_id());  // later exit handlers find the thread's device as it was
+    try {
+      front_.release_without_waiting();
+    } catch (...) {  // no memory for the list: the engine and the leaf give back what they can
+    }
     // Work still queued before the last frees gets a moment to finish; what
-    // is still not done then, what is live and graphs' memory (a graph may
+    // is not done by then, what is live and graphs' memory (a graph may
     // replay until the end) the driver takes back when the process ends.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     for (;;) {
       static_cast<void>(engine_.release_idle(0));
       leaf_.unmap_completed();
-      const bool engine_waits =
-          engine_.statistics().pending_blocks != 0 || engine_.state().releasable_bytes.value_or(0) != 0;
-      if ((!engine_waits && !leaf_.has_frees_waiting_on_work()) || std::chrono::steady_clock::now() >= deadline) break;
+      if (!engine_.has_frees_waiting_on_work() && !leaf_.has_frees_waiting_on_work()) break;
+      if (std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-  } catch (...) {  // no memory for a statistic: the driver takes the rest
+  } catch (...) {  // the device could not be selected: the driver takes it all
   }
 }
 

@@ -112,11 +112,12 @@ class device_stack final : public stream_ordered_resource {
   void give_back_while_idle(std::stop_token stop, std::chrono::milliseconds interval) noexcept;
   /// Stops the idle thread and waits for it; at exit too (a stack never destroyed).
   void stop_idle_thread() noexcept;
-  /// At exit: the front's blocks and the engine's idle segments back to the
-  /// leaf, which unmaps them as the work before their frees completes, within
-  /// some 100 ms; no device-wide synchronize, graphs' memory left mapped, and
-  /// nothing after a device reset. A leak checker (compute-sanitizer's
-  /// memcheck) then finds no mapping of the stack's idle memory.
+  /// At exit: the front's blocks that need no wait (`release_without_waiting`)
+  /// and the engine's idle segments back to the leaf, which unmaps them as
+  /// the work before their frees completes, within some 100 ms; no wait on
+  /// the host beyond that, graphs' memory left mapped, and nothing after a
+  /// device reset. A leak checker (compute-sanitizer's memcheck) then finds
+  /// no mapping of the memory a finished program left idle.
   void give_back_at_exit() noexcept;
 
   // Declared leaf first: destroyed front first.

@@ -243,6 +243,13 @@ void caching_resource::release() {
   free_upstream(blocks);
 }
 
+void caching_resource::release_without_waiting() {
+  if (cache_.blocks() == 0) return;
+  std::vector<detail::evicted_block> blocks;
+  cache_.evict_all_ordered(own_bound_stream(), blocks);
+  free_upstream(blocks);
+}
+
 void caching_resource::do_trim(stream_ref stream) {
   std::vector<detail::evicted_block> blocks;
   cache_.drain(stream, blocks);

@@ -552,6 +552,17 @@ std::size_t coalescing_resource::release_idle(std::size_t keep) noexcept {
   return returned;
 }
 
+bool coalescing_resource::has_frees_waiting_on_work() const noexcept {
+  const std::lock_guard lock(mutex_);
+  if (std::any_of(pending_.begin(), pending_.end(),
+                  [&](const pending_free& pending) { return !ordering_.has_completed(pending.event); }))
+    return true;
+  return std::any_of(segments_.begin(), segments_.end(), [&](const auto& each) {
+    const segment& held = *each.second;
+    return held.wholly_free() && held.idle_event != nullptr && !ordering_.has_completed(held.idle_event);
+  });
+}
+
 void coalescing_resource::release() { reclaim_all(existing_pool(own_bound_stream()), own_bound_stream()); }
 
 void coalescing_resource::do_report(resource_state& state) const {

@@ -222,6 +222,26 @@ TEST(CachingResource, ReleaseSynchronizesEveryDeviceForUnsealedBlocks) {
   EXPECT_EQ(ordering.device_synchronizations, 1);
 }
 
+TEST(CachingResource, ReleaseWithoutWaitingLeavesOnlyOtherStreamsUnsealedBlocks) {
+  // At a program's end a wait may never return: blocks that need one stay.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  cache.release();
+  // Sizes an octave apart or more: neither block may serve the other's request.
+  void* bound = cache.allocate_async(65536, cache.bound_stream());
+  cache.deallocate_async(bound, 65536, cache.bound_stream());
+  cache.deallocate_async(cache.allocate_async(4096, fake_stream(1)), 4096, fake_stream(1));
+  ASSERT_EQ(upstream.used_bytes(), 65536u + 4096u);
+  const int synchronizations = ordering.synchronizations();
+  cache.release_without_waiting();
+  EXPECT_EQ(upstream.used_bytes(), 4096u) << "the bound stream's own block went back; stream 1's unsealed one stays";
+  EXPECT_EQ(ordering.synchronizations(), synchronizations);
+  cache.release();
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+}
+
 TEST(CachingResource, ABlockFreedWhileReleaseWaitsStaysCachedUntilItIsOrdered) {
   // release() waits for every device only for the blocks it has taken: one
   // that another thread frees meanwhile may still be written by that stream's

@@ -433,6 +433,26 @@ TEST(CoalescingResource, ReleaseIdleGivesBackOnlyWhatNoQueuedWorkTouchesAndNever
   EXPECT_EQ(upstream.used_bytes(), 8 * mebibyte);
 }
 
+TEST(CoalescingResource, ReleaseIdleWithAKeepOfZeroGivesBackEveryIdleSegmentAndSaysWhatStillWaits) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = 64 * mebibyte}, ordering);
+  EXPECT_FALSE(arena.has_frees_waiting_on_work());
+  void* own = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  void* other = arena.allocate_async(8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(own, 8 * mebibyte, fake_stream(1));
+  arena.deallocate_async(other, 8 * mebibyte, fake_stream(2));
+  EXPECT_TRUE(arena.has_frees_waiting_on_work()) << "both frees' work is still queued";
+  EXPECT_EQ(arena.release_idle(0), 0u);
+  ordering.complete_all();
+  EXPECT_FALSE(arena.has_frees_waiting_on_work());
+  const std::size_t held = upstream.used_bytes();
+  ASSERT_GT(held, 0u) << "max_idle_bytes kept a segment at the frees";
+  EXPECT_EQ(arena.release_idle(0), held) << "nothing kept, though max_idle_bytes would keep it all";
+  EXPECT_EQ(upstream.used_bytes(), 0u);
+  EXPECT_EQ(ordering.synchronizations(), 0u);
+}
+
 TEST(CoalescingResource, ReleaseKeepsSegmentsWithBlocksOutAndSynchronizesForOtherStreams) {
   host_memory_resource upstream;
   fake_ordering ordering;

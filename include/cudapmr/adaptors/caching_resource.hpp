@@ -138,6 +138,12 @@ class caching_resource final : public resource_adaptor {
   /// synchronized where blocks of other streams are held. \throws cuda_error
   /// if a synchronize fails.
   void release();
+  /// Hands back what can go with no wait on the host: blocks no work
+  /// touches, sealed blocks (the upstream's bound stream waits for their
+  /// events) and the bound stream's own. Blocks other streams freed and
+  /// never sealed stay. For a program's end, where a wait could hang on work
+  /// that never finishes. \throws std::bad_alloc; blocks not handed back stay cached.
+  void release_without_waiting();
   [[nodiscard]] cache_statistics statistics() const;
   /// Bytes cached per stream (blocks ready for any stream are under null).
   [[nodiscard]] std::vector<std::pair<cudaStream_t, std::size_t>> cached_bytes_by_stream() const {

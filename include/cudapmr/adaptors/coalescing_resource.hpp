@@ -157,8 +157,14 @@ class coalescing_resource final : public resource_adaptor {
   /// while the bound stream is captured: for a thread that gives back what
   /// an idle program holds. Returns the bytes handed back.
   std::size_t release_idle() noexcept { return release_idle(options_.max_idle_bytes.value_or(0)); }
-  /// As `release_idle()`, keeping at most `keep` bytes of idle segments.
+  /// As `release_idle()`, handing back segments known idle until the idle
+  /// bytes are at most `keep` (segments not known idle count, and stay).
   std::size_t release_idle(std::size_t keep) noexcept;
+  /// Whether a free still waits for work queued before it: a block freed on
+  /// another stream whose event has not completed, or a wholly free segment
+  /// whose own stream's event has not. `release_idle` gives such memory back
+  /// once the work is done; a segment not known idle does not count.
+  [[nodiscard]] bool has_frees_waiting_on_work() const noexcept;
   [[nodiscard]] coalescing_statistics statistics() const;
   [[nodiscard]] const coalescing_options& options() const noexcept { return options_; }
   [[nodiscard]] std::string description() const override { return describe_as("coalescing_resource"); }

@@ -4,7 +4,7 @@
 # is gone (test/reliability/lifetime_exit.cpp): each must exit with
 # status 0; "gpu-pooled" reports its one abandoned buffer on stderr.
 lifetime_binary=$build/test/reliability/cudapmr_lifetime_exit
-for lifetime_scenario in host-static host-copy-at-exit gpu-pooled gpu-exit gpu-staging-at-exit; do
+for lifetime_scenario in host-static host-copy-at-exit gpu-pooled gpu-exit gpu-staging-at-exit gpu-default-stack; do
   if [[ ! -x $lifetime_binary ]]; then
     verdict "exit $lifetime_scenario" 0 1 "$lifetime_binary was not built"
     continue

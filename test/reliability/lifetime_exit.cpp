@@ -21,6 +21,13 @@
 //                                       at the first staged copy would have
 //                                       been destroyed (an exit handler's copy
 //                                       stands in for another thread's)
+//   cudapmr_lifetime_exit gpu-default-stack
+//                                       the default device stack, whose exit
+//                                       handler gives back what is idle, with
+//                                       blocks cached for two streams gone by
+//                                       then, a static buffer and a graph
+//                                       captured over the stack, launched and
+//                                       never destroyed
 // Exit status 77 where a GPU scenario finds no GPU (CTest reports a skip).
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
@@ -172,15 +179,52 @@ int gpu_staging_at_exit() {
   return check_in_main_and_at_exit("gpu-staging-at-exit", staged_round_trip);
 }
 
+/// Exits with status 1, naming the call, unless `status` is cudaSuccess.
+void require(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  std::fprintf(stderr, "gpu-default-stack: %s failed: %s\n", call, cudaGetErrorName(status));
+  std::_Exit(1);
+}
+
+int gpu_default_stack() {
+  cudapmr::device_stack& stack = cudapmr::default_device_stack(0);
+  // Made after the stack, so destroyed at exit before its handler runs (each
+  // waiting for its work): the handler meets blocks cached for streams gone.
+  static std::optional<cudapmr::stream> first;
+  static std::optional<cudapmr::stream> second;
+  first.emplace(0);
+  second.emplace(0);
+  leave_memory_pooled(stack, *first);
+  leave_memory_pooled(stack, *second);
+  static cudapmr::buffer<float> outliving_main(stack, std::size_t{1} << 22, *first);  // freed at exit, before the streams go
+  outliving_main.fill(1.0f, *first);
+  // A graph that allocates, uses and frees 1 MiB over the stack, launched
+  // once and never destroyed: its memory must stay mapped through the exit.
+  constexpr std::size_t bytes = std::size_t{1} << 20;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t launchable = nullptr;
+  require(cudaStreamBeginCapture(second->get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  void* temporary = stack.allocate_async(bytes, *second);
+  require(cudaMemsetAsync(temporary, 0, bytes, second->get()), "cudaMemsetAsync");
+  stack.deallocate_async(temporary, bytes, *second);
+  require(cudaStreamEndCapture(second->get(), &graph), "cudaStreamEndCapture");
+  require(cudaGraphInstantiate(&launchable, graph, 0), "cudaGraphInstantiate");
+  require(cudaGraphLaunch(launchable, second->get()), "cudaGraphLaunch");
+  std::puts("gpu-default-stack: returning from main with the default stack holding cached, live and graph memory");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string_view scenario = argc > 1 ? argv[1] : "";
   if (scenario == "host-static") return host_static();
   if (scenario == "host-copy-at-exit") return check_in_main_and_at_exit("host-copy-at-exit", pooled_copy);
-  if (scenario != "gpu-pooled" && scenario != "gpu-exit" && scenario != "gpu-staging-at-exit") {
+  if (scenario != "gpu-pooled" && scenario != "gpu-exit" && scenario != "gpu-staging-at-exit" &&
+      scenario != "gpu-default-stack") {
     std::fprintf(stderr,
-                 "usage: cudapmr_lifetime_exit host-static|host-copy-at-exit|gpu-pooled|gpu-exit|gpu-staging-at-exit\n");
+                 "usage: cudapmr_lifetime_exit "
+                 "host-static|host-copy-at-exit|gpu-pooled|gpu-exit|gpu-staging-at-exit|gpu-default-stack\n");
     return 2;
   }
   if (cudapmr::device::count() == 0) {
@@ -189,5 +233,6 @@ int main(int argc, char** argv) {
   }
   if (scenario == "gpu-pooled") return gpu_pooled();
   if (scenario == "gpu-staging-at-exit") return gpu_staging_at_exit();
+  if (scenario == "gpu-default-stack") return gpu_default_stack();
   gpu_exit();
 }

@@ -617,6 +617,49 @@ void block_cache::note_returned(const std::vector<evicted_block>& out, std::size
   held_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) {
+  stream_entry* entry = entry_of(stream);
+  if (entry == nullptr) return;
+  const std::size_t first = out.size();
+  std::vector<cached_block> blocks;
+  {
+    const std::lock_guard lock(entry->mutex);
+    if (entry->unsealed.blocks() != 0) {
+      // Room first, so that no block leaves the lists unless it reaches `out`.
+      blocks.reserve(entry->unsealed.blocks());
+      out.reserve(out.size() + entry->unsealed.blocks());
+      const std::size_t bytes = entry->unsealed.bytes();
+      entry->unsealed.drain_into(blocks);
+      account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+    }
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  note_returned(out, first);
+  if (sealed_blocks_.load(std::memory_order_relaxed) != 0) {
+    // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
+    const std::lock_guard lock(sealed_mutex_);
+    out.reserve(out.size() + sealed_blocks_.load(std::memory_order_relaxed));  // may throw: nothing moved yet
+    const std::size_t sealed_first = out.size();
+    std::size_t moved = 0;
+    std::size_t taken = 0;
+    for (std::size_t size_class = 0; size_class < size_class_count; ++size_class) {
+      std::vector<sealed_block>& list = sealed_[size_class];
+      for (std::size_t index = list.size(); index-- > 0;) {
+        if (list[index].origin != entry) continue;
+        out.push_back({list[index].pointer, size_class, stream});
+        release_reference(list[index].event);
+        list[index] = list.back();
+        list.pop_back();
+        moved += size_class_bytes(size_class);
+        ++taken;
+      }
+    }
+    sealed_blocks_.fetch_sub(taken, std::memory_order_relaxed);
+    approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
+    note_returned(out, sealed_first);
+  }
+}
+
 void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {
   const std::size_t first = out.size();
   std::vector<cached_block> blocks;

@@ -159,6 +159,7 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
   if (!is_cacheable(bytes, alignment)) {
     // Zero bytes own nothing and a captured stream's allocation is a graph node: neither is worth a trim.
     if (bytes == 0 || is_captured(stream)) return upstream_resource().allocate_async(bytes, alignment, stream);
+    if (options_.hand_back_before_large && bytes > options_.max_cached_block) hand_back_own(stream);
     return allocate_upstream(bytes, alignment, stream);
   }
   const std::size_t size_class = detail::size_class_of(bytes);
@@ -201,6 +202,15 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   if (outcome == detail::block_cache::give_outcome::refused)
     return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
   if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(stream);
+}
+
+void caching_resource::hand_back_own(stream_ref stream) noexcept {
+  std::vector<detail::evicted_block> blocks;
+  try {
+    cache_.evict_own(stream, blocks);
+  } catch (...) {  // no memory for the list: the blocks stay cached
+  }
+  free_upstream(blocks);
 }
 
 void caching_resource::trim_to_live(stream_ref stream) noexcept {

@@ -6,6 +6,7 @@
 #include "support/resource_contract.hpp"
 #include "support/fake_ordering.hpp"
 #include "support/resource_cases.hpp"
+#include "support/stack_shape.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/coalescing_resource.hpp>
@@ -630,6 +631,72 @@ TEST(CachingResource, LargeZeroAndOverAlignedRequestsBypassTheCache) {
   EXPECT_EQ(cache.allocate_async(0, fake_stream(1)), nullptr);
   EXPECT_EQ(upstream.used_bytes(), 0u);
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
+}
+
+TEST(CachingResource, ALargeRequestHandsBackTheBlocksItsStreamFreedWhenAskedTo) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024, .hand_back_before_large = true},
+                         ordering);
+  settle(cache, fake_stream(1), 4096);
+  settle(cache, fake_stream(2), 16384);
+  ASSERT_EQ(upstream.used_bytes(), 4096u + 16384u);
+  const std::size_t events = ordering.events.size();
+  // Over-aligned but small: not a large request, the cache stays.
+  cache.deallocate_async(cache.allocate_async(1000, 4096, fake_stream(1)), 1000, 4096, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 4096u + 16384u);
+  void* large = cache.allocate_async(100 * 1024, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 100u * 1024 + 16384u) << "stream 1's block went back; stream 2's stays";
+  EXPECT_EQ(cache.statistics().cached_bytes, 16384u);
+  EXPECT_EQ(ordering.events.size(), events) << "in stream order: no event";
+  EXPECT_EQ(ordering.synchronizations(), 0);
+  cache.deallocate_async(large, 100 * 1024, fake_stream(1));
+}
+
+TEST(CachingResource, ALargeRequestHandsBackTheBlocksItsStreamSealedWithoutAWait) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024, .hand_back_before_large = true},
+                         ordering);
+  // A new stream's first frees are sealed (offered to other streams with an event).
+  cache.deallocate_async(cache.allocate_async(8192, fake_stream(3)), 8192, fake_stream(3));
+  ASSERT_EQ(cache.statistics().events_recorded, 1u);
+  void* large = cache.allocate_async(100 * 1024, fake_stream(3));
+  EXPECT_EQ(upstream.used_bytes(), 100u * 1024) << "the sealed block went back";
+  EXPECT_EQ(cache.statistics().cached_blocks, 0u);
+  EXPECT_TRUE(ordering.waits.empty()) << "a stream's own seal needs no wait";
+  EXPECT_EQ(ordering.synchronizations(), 0);
+  cache.deallocate_async(large, 100 * 1024, fake_stream(3));
+}
+
+TEST(CachingResource, ALargeRequestLeavesTheCacheAloneByDefault) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024}, ordering);
+  settle(cache, fake_stream(1), 4096);
+  cache.deallocate_async(cache.allocate_async(100 * 1024, fake_stream(1)), 100 * 1024, fake_stream(1));
+  EXPECT_EQ(upstream.used_bytes(), 4096u);
+  EXPECT_EQ(cache.statistics().cached_bytes, 4096u);
+}
+
+TEST(CachingResource, OverTheStacksEngineALargeRequestReusesWhatTheFrontHeldInsteadOfGrowing) {
+  // The default stack's front and engine: blocks of one step's sizes, freed
+  // into the front, merge in the engine and serve the next step's large
+  // request from the segment they came from.
+  host_memory_resource leaf;
+  fake_ordering ordering;
+  stack_shape stack(leaf, ordering);
+  const stream_ref stream = fake_stream(1);
+  stack.engine.deallocate_async(stack.engine.allocate_async(16 * mebibyte, stream), 16 * mebibyte, stream);
+  ASSERT_EQ(stack.engine.statistics().reserved_bytes, 16 * mebibyte);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(stack.front.allocate_async(3 * mebibyte, stream));
+  for (void* p : blocks) stack.front.deallocate_async(p, 3 * mebibyte, stream);
+  ASSERT_EQ(stack.front.statistics().cached_bytes, 12 * mebibyte);
+  void* large = stack.front.allocate_async(14 * mebibyte, stream);
+  EXPECT_EQ(stack.engine.statistics().reserved_bytes, 16 * mebibyte) << "the engine grew beside the front's blocks";
+  EXPECT_EQ(stack.front.statistics().cached_bytes, 0u);
+  stack.front.deallocate_async(large, 14 * mebibyte, stream);
 }
 
 TEST(CachingResource, RefusesBadAlignmentsOnBothPaths) {

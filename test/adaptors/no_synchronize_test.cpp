@@ -11,11 +11,11 @@
 // miss, for memory other than pageable) does not go through the ordering: no
 // host test can see it.
 #include "support/fake_ordering.hpp"
+#include "support/stack_shape.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
 #include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/failure_callback_adaptor.hpp>
-#include <cudapmr/device_stack.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 
 #include <gtest/gtest.h>
@@ -300,9 +300,9 @@ TEST(NoSynchronize, CoalescingResourceGivesIdleSegmentsBackAtFreesWithoutWaiting
 TEST(NoSynchronize, TheDefaultStacksShapeAllocatesAndFreesWithoutWaiting) {
   host_memory_resource leaf;
   fake_ordering ordering;
-  const device_stack_options shape;
-  coalescing_resource engine(leaf, shape.engine, ordering);
-  caching_resource front(engine, shape.front, ordering);
+  stack_shape stack(leaf, ordering);
+  coalescing_resource& engine = stack.engine;
+  caching_resource& front = stack.front;
   workload program(front, ordering, 4);
   program.run_all();
   EXPECT_EQ(program.calls_that_waited(), 0);
@@ -325,10 +325,8 @@ TEST(NoSynchronize, OnlyTheLastResortBeforeOutOfMemoryWaits) {
     return false;
   });
   fake_ordering ordering;
-  const device_stack_options shape;
-  coalescing_resource engine(counted, shape.engine, ordering);
-  caching_resource front(engine, shape.front, ordering);
-  workload program(front, ordering, 5, &refusals);
+  stack_shape stack(counted, ordering);
+  workload program(stack.front, ordering, 5, &refusals);
   program.random_mix(4000, 96, 23);
   program.free_all();
   EXPECT_EQ(program.calls_that_waited(), 0);

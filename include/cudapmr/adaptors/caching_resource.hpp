@@ -48,6 +48,15 @@ struct caching_options {
   /// `coalescing_resource`, where a block handed back serves any size again.
   /// Must be finite and positive; `device_stack`'s front uses 4.
   std::optional<double> max_cached_per_live;
+  /// On: a request past `max_cached_block` on a stream first hands the blocks
+  /// freed on that stream, and not yet offered to others, back upstream (no
+  /// CUDA call). For an upstream that merges them, such as
+  /// `coalescing_resource`: it serves the large request, or the next small
+  /// ones of other sizes, from them instead of growing, so a working set whose
+  /// sizes change from step to step (a training loop with a varying sequence
+  /// length) holds no blocks of an earlier step's sizes beside this step's
+  /// large ones. `device_stack`'s front turns it on.
+  bool hand_back_before_large = false;
 };
 
 /// What a caching_resource has done and holds.
@@ -184,6 +193,9 @@ class caching_resource final : public resource_adaptor {
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
   /// After a free the cache kept: frees upstream, on `stream`, what it holds beyond what is live.
   void trim_to_live(stream_ref stream) noexcept;
+  /// Before a request too large to cache (`hand_back_before_large`): frees
+  /// upstream, on `stream`, the blocks it freed that need no wait.
+  void hand_back_own(stream_ref stream) noexcept;
 
   caching_options options_;
   detail::stream_ordering& ordering_;

@@ -150,6 +150,10 @@ class block_cache {
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
   void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
+  /// The blocks freed on `stream` that it alone may take at once (not yet
+  /// sealed, or sealed by it), to be freed on `stream`: no event and no wait,
+  /// since the stream orders their reuse.
+  void evict_own(stream_ref stream, std::vector<evicted_block>& out);
   /// Everything, to be freed on `stream`. Synchronizes every device, after
   /// taking the blocks, when blocks of other streams are among them.
   /// \throws cuda_error if that fails; the blocks then stay cached.

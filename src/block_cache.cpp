@@ -308,6 +308,7 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
     block = *chosen;
     *chosen = list.back();
     list.pop_back();
+    block.origin->sealed.fetch_sub(1, std::memory_order_relaxed);
     sealed_blocks_.fetch_sub(1, std::memory_order_relaxed);
     approximate_bytes_.fetch_sub(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
   }
@@ -322,6 +323,7 @@ void* block_cache::take_sealed(stream_ref stream, stream_entry* entry, std::size
   if (!ordered) {  // CUDA refused the wait: the block stays sealed
     try {
       sealed_[size_class].push_back(block);
+      block.origin->sealed.fetch_add(1, std::memory_order_relaxed);
       sealed_blocks_.fetch_add(1, std::memory_order_relaxed);
       approximate_bytes_.fetch_add(static_cast<std::int64_t>(size_class_bytes(size_class)), std::memory_order_relaxed);
       return nullptr;
@@ -485,6 +487,7 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
     } catch (...) {
     }
     sealed->references = moved;
+    entry.sealed.fetch_add(moved, std::memory_order_relaxed);
     sealed_blocks_.fetch_add(moved, std::memory_order_relaxed);
     if (moved == 0) {
       ordering_.recycle(event);
@@ -517,6 +520,7 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
       std::vector<sealed_block>& list = sealed_[size_class];
       for (std::size_t index = list.size(); index-- > 0 && moved < bytes;) {
         chosen.push_back(list[index]);
+        list[index].origin->sealed.fetch_sub(1, std::memory_order_relaxed);
         list[index] = list.back();
         list.pop_back();
         moved += size_class_bytes(size_class);
@@ -634,30 +638,30 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
     }
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
-  note_returned(out, first);
-  if (sealed_blocks_.load(std::memory_order_relaxed) != 0) {
-    // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
-    const std::lock_guard lock(sealed_mutex_);
-    out.reserve(out.size() + sealed_blocks_.load(std::memory_order_relaxed));  // may throw: nothing moved yet
-    const std::size_t sealed_first = out.size();
-    std::size_t moved = 0;
-    std::size_t taken = 0;
-    for (std::size_t size_class = 0; size_class < size_class_count; ++size_class) {
-      std::vector<sealed_block>& list = sealed_[size_class];
-      for (std::size_t index = list.size(); index-- > 0;) {
-        if (list[index].origin != entry) continue;
-        out.push_back({list[index].pointer, size_class, stream});
-        release_reference(list[index].event);
-        list[index] = list.back();
-        list.pop_back();
-        moved += size_class_bytes(size_class);
-        ++taken;
-      }
+  if (!blocks.empty()) note_returned(out, first);
+  // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
+  if (entry->sealed.load(std::memory_order_relaxed) == 0) return;
+  const std::lock_guard lock(sealed_mutex_);
+  const std::size_t own = entry->sealed.load(std::memory_order_relaxed);
+  out.reserve(out.size() + own);  // may throw: nothing moved yet
+  const std::size_t sealed_first = out.size();
+  std::size_t moved = 0;
+  for (std::size_t size_class = 0; size_class < size_class_count && out.size() - sealed_first < own; ++size_class) {
+    std::vector<sealed_block>& list = sealed_[size_class];
+    for (std::size_t index = list.size(); index-- > 0 && out.size() - sealed_first < own;) {
+      if (list[index].origin != entry) continue;
+      out.push_back({list[index].pointer, size_class, stream});
+      release_reference(list[index].event);
+      list[index] = list.back();
+      list.pop_back();
+      moved += size_class_bytes(size_class);
     }
-    sealed_blocks_.fetch_sub(taken, std::memory_order_relaxed);
-    approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
-    note_returned(out, sealed_first);
   }
+  const std::size_t taken = out.size() - sealed_first;
+  entry->sealed.fetch_sub(taken, std::memory_order_relaxed);
+  sealed_blocks_.fetch_sub(taken, std::memory_order_relaxed);
+  approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
+  if (taken != 0) note_returned(out, sealed_first);
 }
 
 void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {

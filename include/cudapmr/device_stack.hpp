@@ -24,8 +24,8 @@ struct device_stack_options {
   /// The front: blocks up to `max_cached_block` are reused per stream with no
   /// lock shared between streams; larger requests go straight to the engine.
   /// It keeps at most four times what is live: what it hands back, the engine
-  /// merges. A larger request first hands the engine what its stream freed, so
-  /// blocks of sizes no longer asked for do not sit beside a growing working set.
+  /// merges. A larger request first hands the engine the blocks its stream
+  /// freed, so blocks of sizes no longer asked for do not sit beside a growing working set.
   caching_options front{
       .max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 4.0, .hand_back_before_large = true};
   /// The engine: best fit in segments taken from the leaf, split and merged;

@@ -208,7 +208,7 @@ void caching_resource::hand_back_own(stream_ref stream) noexcept {
   std::vector<detail::evicted_block> blocks;
   try {
     cache_.evict_own(stream, blocks);
-  } catch (...) {  // no memory for the list: the blocks stay cached
+  } catch (...) {  // no memory for a list: what was not moved into `blocks` stays cached
   }
   free_upstream(blocks);
 }

@@ -633,16 +633,23 @@ TEST(CachingResource, LargeZeroAndOverAlignedRequestsBypassTheCache) {
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
 }
 
+/// A cache of blocks up to 64 KiB that hands its stream's blocks back before larger requests.
+caching_options handing_back() { return {.max_cached_block = 64 * 1024, .hand_back_before_large = true}; }
+
+/// One request too large to cache on `stream`, freed at once.
+void large_request(caching_resource& cache, stream_ref stream) {
+  cache.deallocate_async(cache.allocate_async(100 * 1024, stream), 100 * 1024, stream);
+}
+
 TEST(CachingResource, ALargeRequestHandsBackTheBlocksItsStreamFreedWhenAskedTo) {
   host_memory_resource upstream;
   fake_ordering ordering;
-  caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024, .hand_back_before_large = true},
-                         ordering);
+  caching_resource cache(upstream, handing_back(), ordering);
   settle(cache, fake_stream(1), 4096);
   settle(cache, fake_stream(2), 16384);
   ASSERT_EQ(upstream.used_bytes(), 4096u + 16384u);
   const std::size_t events = ordering.events.size();
-  // Over-aligned but small: not a large request, the cache stays.
+  // Over-aligned but small: not a large request.
   cache.deallocate_async(cache.allocate_async(1000, 4096, fake_stream(1)), 1000, 4096, fake_stream(1));
   EXPECT_EQ(upstream.used_bytes(), 4096u + 16384u);
   void* large = cache.allocate_async(100 * 1024, fake_stream(1));
@@ -653,20 +660,22 @@ TEST(CachingResource, ALargeRequestHandsBackTheBlocksItsStreamFreedWhenAskedTo) 
   cache.deallocate_async(large, 100 * 1024, fake_stream(1));
 }
 
-TEST(CachingResource, ALargeRequestHandsBackTheBlocksItsStreamSealedWithoutAWait) {
+TEST(CachingResource, ALargeRequestHandsBackOnlyTheBlocksItsOwnStreamSealed) {
   host_memory_resource upstream;
   fake_ordering ordering;
-  caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024, .hand_back_before_large = true},
-                         ordering);
+  caching_resource cache(upstream, handing_back(), ordering);
   // A new stream's first frees are sealed (offered to other streams with an event).
-  cache.deallocate_async(cache.allocate_async(8192, fake_stream(3)), 8192, fake_stream(3));
-  ASSERT_EQ(cache.statistics().events_recorded, 1u);
-  void* large = cache.allocate_async(100 * 1024, fake_stream(3));
-  EXPECT_EQ(upstream.used_bytes(), 100u * 1024) << "the sealed block went back";
-  EXPECT_EQ(cache.statistics().cached_blocks, 0u);
+  cache.deallocate_async(cache.allocate_async(32768, fake_stream(3)), 32768, fake_stream(3));
+  cache.deallocate_async(cache.allocate_async(8192, fake_stream(4)), 8192, fake_stream(4));
+  ASSERT_EQ(cache.statistics().events_recorded, 2u);
+  large_request(cache, fake_stream(3));
+  EXPECT_EQ(upstream.used_bytes(), 8192u) << "stream 3's sealed block went back; stream 4's stays";
   EXPECT_TRUE(ordering.waits.empty()) << "a stream's own seal needs no wait";
+  EXPECT_EQ(ordering.recycled, 1u) << "the event of stream 3's seal, once its block was gone";
   EXPECT_EQ(ordering.synchronizations(), 0);
-  cache.deallocate_async(large, 100 * 1024, fake_stream(3));
+  // Stream 4's block still serves another stream after its event.
+  EXPECT_NE(cache.allocate_async(8192, fake_stream(5)), nullptr);
+  EXPECT_EQ(upstream.used_bytes(), 8192u);
 }
 
 TEST(CachingResource, ALargeRequestLeavesTheCacheAloneByDefault) {
@@ -674,7 +683,7 @@ TEST(CachingResource, ALargeRequestLeavesTheCacheAloneByDefault) {
   fake_ordering ordering;
   caching_resource cache(upstream, caching_options{.max_cached_block = 64 * 1024}, ordering);
   settle(cache, fake_stream(1), 4096);
-  cache.deallocate_async(cache.allocate_async(100 * 1024, fake_stream(1)), 100 * 1024, fake_stream(1));
+  for (int i = 0; i < 3; ++i) large_request(cache, fake_stream(1));
   EXPECT_EQ(upstream.used_bytes(), 4096u);
   EXPECT_EQ(cache.statistics().cached_bytes, 4096u);
 }

@@ -48,14 +48,17 @@ struct caching_options {
   /// `coalescing_resource`, where a block handed back serves any size again.
   /// Must be finite and positive; `device_stack`'s front uses 4.
   std::optional<double> max_cached_per_live;
-  /// On: a request past `max_cached_block` on a stream first hands the blocks
-  /// freed on that stream, and not yet offered to others, back upstream (no
-  /// CUDA call). For an upstream that merges them, such as
-  /// `coalescing_resource`: it serves the large request, or the next small
-  /// ones of other sizes, from them instead of growing, so a working set whose
-  /// sizes change from step to step (a training loop with a varying sequence
-  /// length) holds no blocks of an earlier step's sizes beside this step's
-  /// large ones. `device_stack`'s front turns it on.
+  /// On: an asynchronous request past `max_cached_block` on a stream (not
+  /// during capture) first hands back upstream, on that stream and with no
+  /// wait, the blocks it freed that it could take again at once (those not
+  /// yet offered to other streams, and those it offered with an event). For
+  /// an upstream that merges them, such as `coalescing_resource`: it serves
+  /// the large request, or the next small ones of other sizes, from them
+  /// instead of growing, so a working set whose sizes change from step to
+  /// step (a training loop with a varying sequence length) holds no blocks of
+  /// an earlier step's sizes beside this step's large ones. The cost: small
+  /// requests on a stream that also makes large ones miss more often (each
+  /// miss an upstream call). `device_stack`'s front turns it on.
   bool hand_back_before_large = false;
 };
 

@@ -150,9 +150,10 @@ class block_cache {
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
   void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
-  /// The blocks freed on `stream` that it alone may take at once (not yet
-  /// sealed, or sealed by it), to be freed on `stream`: no event and no wait,
-  /// since the stream orders their reuse.
+  /// The blocks freed on `stream` that it may take with no wait: unsealed,
+  /// or sealed by it (other streams may take those too, once their event
+  /// completes). To be freed on `stream`: its own order puts the free after
+  /// its earlier ones.
   void evict_own(stream_ref stream, std::vector<evicted_block>& out);
   /// Everything, to be freed on `stream`. Synchronizes every device, after
   /// taking the blocks, when blocks of other streams are among them.
@@ -203,6 +204,7 @@ class block_cache {
     std::uint32_t frees = 0;  // a new stream seals its first frees
     std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
     std::uint64_t hits = 0;  // own blocks taken again: counted under the lock, on no shared cache line
+    std::atomic<std::size_t> sealed{0};  // its blocks in sealed_: written under sealed_mutex_, read to skip evict_own's scan
   };
   struct sealed_event {
     ordering_event event;

@@ -188,8 +188,9 @@ std::vector<entrant> entrants() {
       // What giving back at frees costs in time (the memory bench has the same row, for what it saves).
       {"device", "cudapmr:device_stack (engine keeps idle segments)", false,
        [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::engine_keeps_idle_segments()), false); }},
-      {"device", "cudapmr:device_stack (small segments to 4 MiB)", false,
-       [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::small_segments_to_4_mib()), false); }},
+      // What the front's hand-back before large requests costs in time (the memory bench: what it saves).
+      {"device", "cudapmr:device_stack (front keeps its blocks at large requests)", false,
+       [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::front_keeps_blocks_at_large_requests()), false); }},
       {"device", "cudapmr:coalescing_resource(virtual_memory)", false,
        [] { return ours_coalescing(std::make_shared<cudapmr::virtual_memory_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},
@@ -250,26 +251,34 @@ void pairs(benchmark::State& state, const entrant& who, std::size_t bytes) {
 
 /// The random mix: up to 1,000 live allocations of 256 B .. 4 MiB (uniform,
 /// mt19937_64 seed 42), each step allocating or freeing a random live one
-/// with equal odds; the same script for every entrant.
+/// with equal odds; the same script for every entrant. With a `large_share`,
+/// that share of the requests asks for 4 .. 32 MiB instead: past the size a
+/// front caches, among small ones.
 struct mix_step {
   bool allocate;
   std::size_t bytes;
   std::size_t victim;  // taken modulo the live count
 };
 
-std::vector<mix_step> mix_script(std::size_t steps) {
+std::vector<mix_step> mix_script(std::size_t steps, double large_share) {
   std::mt19937_64 random(42);
   std::uniform_int_distribution<std::size_t> size(256, 4 * mebibyte);
+  std::uniform_int_distribution<std::size_t> large_size(4 * mebibyte + 1, 32 * mebibyte);
   std::bernoulli_distribution coin(0.5);
+  std::bernoulli_distribution large(large_share);
   std::vector<mix_step> script;
   script.reserve(steps);
-  for (std::size_t i = 0; i < steps; ++i) script.push_back({coin(random), size(random), random()});
+  for (std::size_t i = 0; i < steps; ++i) {
+    const bool allocate = coin(random);
+    const std::size_t bytes = large_share > 0 && large(random) ? large_size(random) : size(random);
+    script.push_back({allocate, bytes, random()});
+  }
   return script;
 }
 
-void mix(benchmark::State& state, const entrant& who) {
+void mix(benchmark::State& state, const entrant& who, double large_share) {
   const std::size_t steps = who.slow ? 2000 : 100000;
-  const std::vector<mix_step> script = mix_script(steps);
+  const std::vector<mix_step> script = mix_script(steps, large_share);
   const cudaStream_t stream = new_stream();
   {
     const auto allocator = who.make();
@@ -396,9 +405,14 @@ void register_allocation_benchmarks() {
           ->UseRealTime();
     }
     benchmark::RegisterBenchmark(("alloc/" + who.kind + "/mix/" + who.name).c_str(),
-                                 [&who](benchmark::State& state) { mix(state, who); })
+                                 [&who](benchmark::State& state) { mix(state, who, 0.0); })
         ->MinTime(0.2)
         ->UseRealTime();
+    if (who.kind == "device")
+      benchmark::RegisterBenchmark(("alloc/device/mix_to_32MiB/" + who.name).c_str(),
+                                   [&who](benchmark::State& state) { mix(state, who, 0.1); })
+          ->MinTime(0.2)
+          ->UseRealTime();
   }
   for (const std::size_t bytes : {std::size_t{256}, 64 * kibibyte, mebibyte}) {
     benchmark::RegisterBenchmark((std::string("alloc/device/thin_against_raw/") + size_name(bytes)).c_str(),

@@ -145,10 +145,11 @@ std::vector<entrant> entrants() {
                    return std::make_unique<cudapmr_stack>(
                        std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::engine_keeps_idle_segments()), nullptr);
                  }});
-  // The front's blocks apart from large ones: the training loop's peak against the mix's end (docs/performance.md).
-  all.push_back({"cudapmr:device_stack (small segments to 4 MiB)", [] {
+  // What the front's hand-back before large requests saves in memory (the allocation bench: what it costs).
+  all.push_back({"cudapmr:device_stack (front keeps its blocks at large requests)", [] {
                    return std::make_unique<cudapmr_stack>(
-                       std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::small_segments_to_4_mib()), nullptr);
+                       std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::front_keeps_blocks_at_large_requests()),
+                       nullptr);
                  }});
   return all;
 }
@@ -276,8 +277,9 @@ void size_phases(workload_context& context) {
 
 /// The random mix (256 B .. 4 MiB, up to 1,000 live, mt19937_64 seed 42) over
 /// `stream_count` streams: each allocation on a random stream, each free on a
-/// random stream after an event orders it after the allocating stream.
-void random_mix(workload_context& context, int stream_count) {
+/// random stream after an event orders it after the allocating stream. With a
+/// `large_share`, that share of the requests asks for 4 .. 32 MiB instead.
+void random_mix(workload_context& context, int stream_count, double large_share = 0) {
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> events;
   for (int i = 0; i < stream_count; ++i) {
@@ -287,7 +289,9 @@ void random_mix(workload_context& context, int stream_count) {
   }
   std::mt19937_64 random(42);
   std::uniform_int_distribution<std::size_t> size(256, 4 * mebibyte);
+  std::uniform_int_distribution<std::size_t> large_size(4 * mebibyte + 1, 32 * mebibyte);
   std::bernoulli_distribution coin(0.5);
+  std::bernoulli_distribution large(large_share);
   struct live_block {
     void* p;
     std::size_t bytes;
@@ -296,7 +300,7 @@ void random_mix(workload_context& context, int stream_count) {
   std::vector<live_block> live;
   for (int step = 0; step < 100000; ++step) {
     const bool allocate = coin(random);
-    const std::size_t bytes = size(random);
+    const std::size_t bytes = large_share > 0 && large(random) ? large_size(random) : size(random);
     const std::size_t victim = random();
     const std::size_t stream = stream_count == 1 ? 0 : victim % static_cast<std::size_t>(stream_count);
     if ((allocate || live.empty()) && live.size() < 1000) {
@@ -388,6 +392,7 @@ std::vector<named_workload> workloads(const std::vector<replay::event>& trace, c
       {"burst to 60 %, freed, 1 s idle", freed_burst},
       {"random mix, 1 stream", [](workload_context& c) { random_mix(c, 1); }},
       {"random mix, 4 streams", [](workload_context& c) { random_mix(c, 4); }},
+      {"random mix to 32 MiB, 1 stream", [](workload_context& c) { random_mix(c, 1, 0.1); }},
       {trace_name.empty() ? std::string("trace replay, 16 threads") : fmt::format("trace replay, {}", trace_name),
        [&trace](workload_context& c) { replay_trace(c, trace); }},
   };

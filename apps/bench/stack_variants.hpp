@@ -17,13 +17,12 @@ inline device_stack_options engine_keeps_idle_segments() {
   return options;
 }
 
-/// Requests up to 4 MiB (the front's blocks) share 8 MiB segments of their
-/// own, apart from larger blocks: in the host replay of PyTorch's training
-/// loop the stack's peak falls from 610 to 594 MiB at the mix's time.
-inline device_stack_options small_segments_to_4_mib() {
+/// The front keeps the blocks its stream freed when a request too large for
+/// it comes (as before f11b1d5): what the hand-back costs small requests among
+/// large ones, against what it saves a working set whose sizes change.
+inline device_stack_options front_keeps_blocks_at_large_requests() {
   device_stack_options options;
-  options.engine.small_request = std::size_t{4} << 20;
-  options.engine.small_segment = std::size_t{8} << 20;
+  options.front.hand_back_before_large = false;
   return options;
 }
 

@@ -14,6 +14,7 @@
 #include <cudapmr/adaptors/logging_adaptor.hpp>
 #include <cudapmr/adaptors/statistics_adaptor.hpp>
 #include <cudapmr/adaptors/tracking_adaptor.hpp>
+#include <cudapmr/device_stack.hpp>
 #include <cudapmr/host_memory_resource.hpp>
 
 #include <gtest/gtest.h>
@@ -191,10 +192,16 @@ TEST(Concurrency, EightThreadsOverACoalescingResource) {
 
 TEST(Concurrency, EightThreadsOverTheDefaultStacksShapeWhileAnIdleThreadGivesBack) {
   // device_stack's front and engine over a host leaf, with what its idle
-  // thread does running all the while.
+  // thread does running all the while. The front caches blocks up to 64 KiB,
+  // not 4 MiB, so that the larger of the hammer's requests hand their
+  // stream's blocks back (device_stack's hand-back before large requests)
+  // while other threads take, seal and free blocks of the same streams.
   host_memory_resource upstream;
   coalescing_resource arena(upstream, coalescing_options{.max_idle_bytes = mebibyte});
-  caching_resource cache(arena, {.max_cached_block = 4 * mebibyte, .max_cached_per_live = 4.0});
+  caching_options front = device_stack_options{}.front;
+  ASSERT_TRUE(front.hand_back_before_large);
+  front.max_cached_block = 64 * 1024;
+  caching_resource cache(arena, front);
   std::atomic<bool> done{false};
   std::thread idle([&] {
     while (!done.load()) {

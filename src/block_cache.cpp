@@ -640,10 +640,12 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   if (!blocks.empty()) note_returned(out, first);
   // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
-  if (entry->sealed.load(std::memory_order_relaxed) == 0) return;
+  const std::size_t sealed_now = entry->sealed.load(std::memory_order_relaxed);
+  if (sealed_now == 0) return;
+  out.reserve(out.size() + sealed_now);  // outside the shared lock; may throw: nothing moved yet
   const std::lock_guard lock(sealed_mutex_);
-  const std::size_t own = entry->sealed.load(std::memory_order_relaxed);
-  out.reserve(out.size() + own);  // may throw: nothing moved yet
+  // Sealed since: what does not fit stays for a later hand-back.
+  const std::size_t own = std::min(entry->sealed.load(std::memory_order_relaxed), out.capacity() - out.size());
   const std::size_t sealed_first = out.size();
   std::size_t moved = 0;
   for (std::size_t size_class = 0; size_class < size_class_count && out.size() - sealed_first < own; ++size_class) {

@@ -673,9 +673,11 @@ TEST(CachingResource, ALargeRequestHandsBackOnlyTheBlocksItsOwnStreamSealed) {
   EXPECT_TRUE(ordering.waits.empty()) << "a stream's own seal needs no wait";
   EXPECT_EQ(ordering.recycled, 1u) << "the event of stream 3's seal, once its block was gone";
   EXPECT_EQ(ordering.synchronizations(), 0);
-  // Stream 4's block still serves another stream after its event.
-  EXPECT_NE(cache.allocate_async(8192, fake_stream(5)), nullptr);
+  // Stream 4's block still serves another stream, which waits for its event.
+  void* reused = cache.allocate_async(8192, fake_stream(5));
   EXPECT_EQ(upstream.used_bytes(), 8192u);
+  EXPECT_EQ(ordering.waits.size(), 1u);
+  cache.deallocate_async(reused, 8192, fake_stream(5));
 }
 
 TEST(CachingResource, ALargeRequestLeavesTheCacheAloneByDefault) {

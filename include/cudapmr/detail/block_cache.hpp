@@ -204,7 +204,7 @@ class block_cache {
     std::uint32_t frees = 0;  // a new stream seals its first frees
     std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
     std::uint64_t hits = 0;  // own blocks taken again: counted under the lock, on no shared cache line
-    std::atomic<std::size_t> sealed{0};  // its blocks in sealed_: written under sealed_mutex_, read to skip evict_own's scan
+    std::atomic<std::size_t> sealed{0};  // its blocks in sealed_: written under sealed_mutex_; evict_own skips or ends its scan by it
   };
   struct sealed_event {
     ordering_event event;

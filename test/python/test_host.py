@@ -302,6 +302,20 @@ def test_coalescing_resource_serves_smaller_requests_from_a_freed_block(host):
         cudapmr.CoalescingResource(host, segment_granularity=3 << 20)
 
 
+@pytest.mark.parametrize("hand_back", [False, True])
+def test_caching_resource_hands_its_streams_blocks_back_before_a_large_request_when_asked(host, hand_back):
+    cache = cudapmr.CachingResource(host, max_cached_block=64 << 10, hand_back_before_large=hand_back)
+    stream = 0x1000  # a made-up handle: the host resource ignores streams, the cache keys on them
+    for _ in range(4):  # past the frees a new stream seals
+        cache.deallocate_raw(cache.allocate_raw(4096, stream), 4096, stream)
+    assert host.used_bytes == 4096
+    large = cache.allocate_raw(100 << 10, stream)
+    assert host.used_bytes == (100 << 10) + (0 if hand_back else 4096)
+    cache.deallocate_raw(large, 100 << 10, stream)
+    cache.release()
+    assert host.used_bytes == 0
+
+
 def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
     limited = cudapmr.LimitingAdaptor(host, 1000)
     kept = limited.allocate_raw(800)

@@ -338,7 +338,17 @@ void bind_kinds(nb::module_& module) {
       module, "DeviceStack",
       "The default stack for device memory: a per-stream cache of blocks up to 4 MiB over a best-fit "
       "coalescing engine over the virtual-memory leaf; state() and snapshots show each layer.")
-      .def(nb::init<int>(), "device_id"_a = 0)
+      .def(
+          "__init__",
+          [](device_stack* self, int device_id, bool hand_back_before_large) {
+            device_stack_options options;
+            options.front.hand_back_before_large = hand_back_before_large;
+            new (self) device_stack(device_id, options);
+          },
+          "device_id"_a = 0, nb::kw_only(), "hand_back_before_large"_a = device_stack_options{}.front.hand_back_before_large,
+          "hand_back_before_large: before a request past 4 MiB, the front hands its stream's freed blocks to the "
+          "engine (less memory where sizes change from step to step; off: faster where small requests go between "
+          "frequent large ones).")
       .def("release", &device_stack::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands everything back; frees the memory of graphs captured over it (synchronizes the device).");
   module.def("default_device_stack", &default_device_stack, "device_id"_a = 0, nb::rv_policy::reference,
@@ -358,23 +368,28 @@ void bind_adaptors(nb::module_& module) {
       .def(
           "__init__",
           [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
-             std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval) {
+             std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval,
+             bool hand_back_before_large) {
             if (!(shrink_interval >= 0.0))  // also NaN
               throw nb::value_error(
                   ("shrink_interval must be a number of seconds >= 0; got " + std::to_string(shrink_interval)).c_str());
             // Whole milliseconds, rounded up: a positive interval never becomes 0 (shrink at once).
             const auto interval =
                 std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(shrink_interval, 1e9) * 1000.0)));
-            new (self) caching_resource(upstream,
-                                        caching_options{max_cached_block, max_cached_bytes, check_capture, interval});
+            new (self) caching_resource(upstream, caching_options{.max_cached_block = max_cached_block,
+                                                                  .max_cached_bytes = max_cached_bytes,
+                                                                  .check_capture = check_capture,
+                                                                  .shrink_interval = interval,
+                                                                  .hand_back_before_large = hand_back_before_large});
           },
           "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
           "max_cached_bytes"_a = nb::none(), "check_capture"_a = true,
           "shrink_interval"_a = std::chrono::duration<double>(caching_options{}.shrink_interval).count(),
-          nb::keep_alive<1, 2>(),
+          "hand_back_before_large"_a = false, nb::keep_alive<1, 2>(),
           "max_cached_bytes: the budget (None: an eighth of the upstream device's memory, 1 GiB for host "
           "memory); shrink_interval: seconds per eighth that what the cache may keep falls while what is "
-          "live stays below its recent peak.")
+          "live stays below its recent peak; hand_back_before_large: a request past max_cached_block first "
+          "hands the blocks its stream freed back upstream (for an upstream that merges them).")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");

@@ -57,11 +57,12 @@ struct device_stack_options {
 /// Allocations during stream capture go to the engine's and the leaf's
 /// capture paths (the leaf maps memory that the graph keeps).
 ///
-/// What the device holds follows what is live three ways: the front keeps at
-/// most four times what is live, the engine gives wholly free segments back past
-/// half its recent peak, and after `idle_release` without work in the engine
-/// a thread of the stack gives back the rest (all but 64 MiB), with events
-/// and never a device-wide synchronize.
+/// What the device holds follows what is live four ways: the front keeps at
+/// most four times what is live, and hands a stream's freed blocks to the
+/// engine before that stream's next request past 4 MiB; the engine gives
+/// wholly free segments back past half its recent peak; and after
+/// `idle_release` without work in the engine a thread of the stack gives back
+/// the rest (all but 64 MiB), with events and never a device-wide synchronize.
 ///
 /// `state()` and `snapshot()` show each layer (`upstream()` walks them);
 /// `trim(stream)` empties the front and the engine and unmaps what the leaf

@@ -621,24 +621,27 @@ void block_cache::note_returned(const std::vector<evicted_block>& out, std::size
   held_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) {
+  std::vector<cached_block> blocks;
+  {
+    const std::lock_guard lock(entry.mutex);
+    if (entry.unsealed.blocks() == 0) return;
+    // Room first, so that no block leaves the lists unless it reaches `out`.
+    blocks.reserve(entry.unsealed.blocks());
+    out.reserve(out.size() + entry.unsealed.blocks());
+    const std::size_t bytes = entry.unsealed.bytes();
+    entry.unsealed.drain_into(blocks);
+    account(entry.unflushed, -static_cast<std::int64_t>(bytes));
+  }
+  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+}
+
 void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) {
   stream_entry* entry = entry_of(stream);
   if (entry == nullptr) return;
   const std::size_t first = out.size();
-  std::vector<cached_block> blocks;
-  {
-    const std::lock_guard lock(entry->mutex);
-    if (entry->unsealed.blocks() != 0) {
-      // Room first, so that no block leaves the lists unless it reaches `out`.
-      blocks.reserve(entry->unsealed.blocks());
-      out.reserve(out.size() + entry->unsealed.blocks());
-      const std::size_t bytes = entry->unsealed.bytes();
-      entry->unsealed.drain_into(blocks);
-      account(entry->unflushed, -static_cast<std::int64_t>(bytes));
-    }
-  }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
-  if (!blocks.empty()) note_returned(out, first);
+  evict_unsealed(*entry, stream, out);
+  if (out.size() != first) note_returned(out, first);
   // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
   const std::size_t sealed_now = entry->sealed.load(std::memory_order_relaxed);
   if (sealed_now == 0) return;
@@ -668,13 +671,8 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
 
 void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {
   const std::size_t first = out.size();
+  if (stream_entry* entry = entry_of(stream)) evict_unsealed(*entry, stream, out);
   std::vector<cached_block> blocks;
-  if (stream_entry* entry = entry_of(stream)) {
-    const std::lock_guard lock(entry->mutex);
-    const std::size_t bytes = entry->unsealed.bytes();
-    entry->unsealed.drain_into(blocks);
-    account(entry->unflushed, -static_cast<std::int64_t>(bytes));
-  }
   for (ready_shard& shard : ready_) {
     const std::lock_guard lock(shard.mutex);
     const std::size_t bytes = shard.lists.bytes();

@@ -240,6 +240,9 @@ class block_cache {
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
+  /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
+  /// (its own): no block leaves the lists unless it reaches `out`.
+  void evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out);
   /// A block of the smallest class in [first, last] found: `entry`'s own
   /// (withdrawing its request for sealed blocks), then a ready one, then a
   /// sealed one that `stream` is made to wait for; {null, first} if none.

@@ -204,22 +204,22 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(stream);
 }
 
-void caching_resource::hand_back_own(stream_ref stream) noexcept {
-  std::vector<detail::evicted_block> blocks;
+void caching_resource::evict_and_free(void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&),
+                                      stream_ref stream) noexcept {
+  std::vector<detail::evicted_block> evicted;
   try {
-    cache_.evict_own(stream, blocks);
-  } catch (...) {  // no memory for a list: what was not moved into `blocks` stays cached
+    (cache_.*evict)(stream, evicted);
+  } catch (...) {  // no memory for the list: what was moved into it still leaves, the rest stays cached
   }
-  free_upstream(blocks);
+  free_upstream(evicted);
+}
+
+void caching_resource::hand_back_own(stream_ref stream) noexcept {
+  evict_and_free(&detail::block_cache::evict_own, stream);
 }
 
 void caching_resource::trim_to_live(stream_ref stream) noexcept {
-  std::vector<detail::evicted_block> evicted;
-  try {
-    cache_.trim_to_live(stream, evicted);
-  } catch (...) {  // no memory for the list: what was moved into it still leaves
-  }
-  free_upstream(evicted);
+  evict_and_free(&detail::block_cache::trim_to_live, stream);
 }
 
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {

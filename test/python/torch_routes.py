@@ -10,6 +10,7 @@ anything on the GPU; the ``pool_*`` ones route a ``torch.cuda.MemPool`` to
 it, PyTorch's own allocator staying in charge."""
 
 import faulthandler
+import gc
 import importlib.util
 import math
 import sys
@@ -265,8 +266,8 @@ def pool_compile():
 
 def one_stack_for_all():
     """``cudapmr.install_allocators`` makes one counted stack the allocator of
-    CuPy, PyTorch and cuda.core; memory freed by one framework serves another
-    with no more taken from the device."""
+    CuPy, PyTorch, cuda.core and, where numba-cuda is installed, Numba; memory
+    freed by one framework serves another with no more taken from the device."""
     torch = import_torch()
     try:
         import cupy
@@ -287,12 +288,24 @@ def one_stack_for_all():
     device.set_current()
     stream = device.create_stream()
     from_core = device.allocate(MIB, stream=stream)
+    from_numba = None
+    if expected_numba == "installed":
+        from numba import cuda as numba_cuda
+
+        from_numba = numba_cuda.device_array(MIB, dtype="float32")  # 4 MiB, through Numba's memory manager
     held = counted.statistics()
-    assert held.allocations.current == 3 and held.bytes.current >= 13 * MIB, held
+    frameworks = 3 if from_numba is None else 4
+    assert held.allocations.current == frameworks and held.bytes.current >= (frameworks * 4 + 1) * MIB, held
     assert float(from_cupy.sum()) == float(MIB) and float(from_torch.sum()) == float(MIB)
     del from_cupy
     cupy.cuda.runtime.deviceSynchronize()
-    assert counted.statistics().bytes.current >= 5 * MIB and counted.statistics().allocations.current == 2
+    held = counted.statistics()
+    assert held.allocations.current == frameworks - 1 and held.bytes.current >= ((frameworks - 2) * 4 + 1) * MIB, held
+    if from_numba is not None:
+        del from_numba
+        gc.collect()
+        numba_cuda.synchronize()  # Numba hands its pending frees to the memory manager
+        assert counted.statistics().allocations.current == 2, counted.statistics()
     reserved = stack.state()["reserved_bytes"]
     from_torch_again = torch.empty(8 * MIB, dtype=torch.uint8, device="cuda")  # CuPy's 8 MiB, on the same stream
     torch.cuda.synchronize()

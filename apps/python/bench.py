@@ -306,7 +306,7 @@ def sample():
     global device_peak
     free, total = torch.cuda.mem_get_info(0)
     device_peak = max(device_peak, total - free)
-sizes = [(16 + 37 * i % 240) << 20 for i in range(24)]  # 16..255 MiB, about 3 GiB a phase
+sizes = [(16 + 37 * i % 240) << 20 for i in range(24)]  # 16..239 MiB, about 3 GiB a phase
 start = time.perf_counter()
 for round in range(4):
     arrays = [cupy.ones(size // 4, dtype=cupy.float32) for size in sizes]  # CuPy's phase
@@ -345,7 +345,7 @@ def mixed_frameworks_table(rounds):
                 failed = True
                 continue
             runs[mode].append(json.loads(lines[-1]))
-    print(f"\nCuPy and PyTorch alternating phases of about 3 GiB (24 blocks of 16-255 MiB each), 4 rounds of both, "
+    print(f"\nCuPy and PyTorch alternating phases of about 3 GiB (24 blocks of 16-239 MiB each), 4 rounds of both, "
           f"a fresh process each, medians of {rounds} runs. Peak device memory: cudaMemGetInfo after each phase, "
           f"above what was in use once CUDA was initialized.\n")
     print("| allocators | time (s) | peak device memory (MiB) |")

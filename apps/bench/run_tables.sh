@@ -18,7 +18,8 @@
 set -uo pipefail
 build=${1:-build}
 out=${OUT:-/tmp/cudapmr-gpu}/tables
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+[[ -d $build ]] && build=$(cd "$build" && pwd)  # the memory bench runs from $out
 bench=$build/apps/bench/cudapmr_bench
 memory_bench=$build/apps/bench/cudapmr_memory_bench
 for program in "$bench" "$memory_bench"; do
@@ -38,22 +39,23 @@ finish() {  # finish NAME STATUS
 # mix with large requests; threads for the stack and the cache alone.
 peers='peer:(cudaMallocAsync|cub::CachingDeviceAllocator\(tuned\)|RMM)'
 ours='cudapmr:(device_stack/|caching_resource\(device\)|caching_resource\(device_malloc\)|coalescing_resource\(device_malloc\))'
-filter="^alloc/device/(256B|64KiB|1MiB|mix|mix_to_32MiB)/($peers|$ours)|^alloc/device/threads/cudapmr:(device_stack|caching_resource\\(device\\))/"
+threads='^alloc/device/threads/cudapmr:(device_stack|caching_resource\(device\))/.*/threads:(1|16)$'
+filter="^alloc/device/(256B|64KiB|1MiB|mix|mix_to_32MiB)/($peers|$ours)|$threads"
 timeout "${TABLES_ALLOC_SECONDS:-300}" "$bench" --benchmark_filter="$filter" --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true --benchmark_color=false >"$out/alloc.txt" 2>&1
 finish "allocation bench ($out/alloc.txt)" $?
 
-(cd "$out" && timeout "${TABLES_MEMORY_SECONDS:-400}" "$OLDPWD/$memory_bench" --repetitions 3 --peak \
+(cd "$out" && timeout "${TABLES_MEMORY_SECONDS:-400}" "$memory_bench" --repetitions 3 --peak \
   --timeline memory_timeline.csv --with cudaMallocAsync --with "(tuned)" --with RMM --with "cudapmr:device_stack" \
   --with "caching_resource (pool keeps all)" --with "caching_resource (over device_malloc" \
   --with "coalescing_resource (over device_malloc" >"$out/memory.txt" 2>&1)
 finish "memory bench ($out/memory.txt)" $?
 
-timeout "${TABLES_COPY_SECONDS:-120}" "$bench" --benchmark_filter='^copy/(h2d|d2h)/(pinned|pageable)/1GiB' \
+timeout "${TABLES_COPY_SECONDS:-120}" "$bench" --benchmark_filter='^copy/(h2d|d2h)/(pinned|pageable)/1GiB/(peer|cudapmr):' \
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_color=false >"$out/copies.txt" 2>&1
 finish "copies of 1 GiB ($out/copies.txt)" $?
 
-echo "---- medians (ns; copies in bytes/s)"
-grep -hE '_median' "$out/alloc.txt" "$out/copies.txt" | awk '{print $1, $2, $3, $NF}' |
-  sed -E 's#/(min_time:[0-9.]+/)?(real|manual)_time(/threads:[0-9]+)?_median# \3#'
+echo "---- medians, ns: a pair; a pass of the mix (100,000 operations); a 1 GiB copy"
+sed -nE 's#^(\S.*)/min_time:[0-9.]+/(real|manual)_time(/threads:[0-9]+)?_median +([0-9.]+) ns.*#\1\3 \4#p' \
+  "$out/alloc.txt" "$out/copies.txt"
 exit $failed

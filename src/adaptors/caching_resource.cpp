@@ -209,7 +209,7 @@ void caching_resource::evict_and_free(void (detail::block_cache::*evict)(stream_
   std::vector<detail::evicted_block> evicted;
   try {
     (cache_.*evict)(stream, evicted);
-  } catch (...) {  // no memory for the list: what was moved into it still leaves, the rest stays cached
+  } catch (...) {  // no memory for the list: what was moved into it still leaves
   }
   free_upstream(evicted);
 }

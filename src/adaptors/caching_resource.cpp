@@ -97,7 +97,8 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
     : resource_adaptor(upstream),
       options_(validated(options, upstream)),
       ordering_(ordering),
-      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval, options_.max_cached_per_live),
+      cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval, options_.max_cached_per_live,
+             options_.stream_share),
       device_memory_bytes_(trim_bound(upstream)) {}
 
 caching_resource::~caching_resource() {

@@ -60,6 +60,13 @@ struct caching_options {
   /// requests on a stream that also makes large ones miss more often (each
   /// miss an upstream call). `device_stack`'s front turns it on.
   bool hand_back_before_large = false;
+  /// The bytes a stream may hold freed before it records an event and offers
+  /// them to every stream: others may then reuse them, and trims on any
+  /// stream may hand them back. Below it, only the stream itself reuses or
+  /// trims them, so a stream that goes quiet keeps up to this much. Unset:
+  /// an eighth of `max_cached_bytes`. Smaller: a program of many streams
+  /// holds less, at an event record per offer (0: one at every free).
+  std::optional<std::size_t> stream_share;
 };
 
 /// What a caching_resource has done and holds.

@@ -90,9 +90,11 @@ class block_cache {
   /// live down (see note_live()).
   /// \param per_live where set, the cache keeps at most this many times what
   /// is live now (the floor at least) instead of what was lately.
+  /// \param stream_share the unsealed bytes a stream keeps before it seals
+  /// them (unset: an eighth of `max_cached_bytes`).
   block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
               std::chrono::nanoseconds shrink_interval = std::chrono::milliseconds(200),
-              std::optional<double> per_live = std::nullopt);
+              std::optional<double> per_live = std::nullopt, std::optional<std::size_t> stream_share = std::nullopt);
   ~block_cache();
   block_cache(const block_cache&) = delete;
   block_cache& operator=(const block_cache&) = delete;

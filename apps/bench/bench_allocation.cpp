@@ -191,6 +191,9 @@ std::vector<entrant> entrants() {
       // What the front's hand-back before large requests costs in time (the memory bench: what it saves).
       {"device", "cudapmr:device_stack (front keeps its blocks at large requests)", false,
        [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::front_keeps_blocks_at_large_requests()), false); }},
+      // What offering a stream's blocks past 4 MiB costs in events (the memory bench: what many streams then hold).
+      {"device", "cudapmr:device_stack (front offers past 4 MiB a stream)", false,
+       [] { return ours(std::make_shared<cudapmr::device_stack>(0, cudapmr::bench::front_offers_past_4_mib_a_stream()), false); }},
       {"device", "cudapmr:coalescing_resource(virtual_memory)", false,
        [] { return ours_coalescing(std::make_shared<cudapmr::virtual_memory_resource>(0)); }},
       {"pinned", "peer:cudaMallocHost", true, [] { return std::make_unique<synchronous_cuda_allocator>(malloc_host, free_host); }},

@@ -151,6 +151,12 @@ std::vector<entrant> entrants() {
                        std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::front_keeps_blocks_at_large_requests()),
                        nullptr);
                  }});
+  // What many streams hold when the front offers their blocks early (the allocation bench: what the events cost).
+  all.push_back({"cudapmr:device_stack (front offers past 4 MiB a stream)", [] {
+                   return std::make_unique<cudapmr_stack>(
+                       std::make_unique<cudapmr::device_stack>(0, cudapmr::bench::front_offers_past_4_mib_a_stream()),
+                       nullptr);
+                 }});
   return all;
 }
 

@@ -38,7 +38,7 @@ finish() {  # finish NAME STATUS
 # The peers and the stacks of the table, at the three sizes, the mix and the
 # mix with large requests; threads for the stack and the cache alone.
 peers='peer:(cudaMallocAsync|cub::CachingDeviceAllocator\(tuned\)|RMM)'
-ours='cudapmr:(device_stack/|caching_resource\(device\)|caching_resource\(device_malloc\)|coalescing_resource\(device_malloc\))'
+ours='cudapmr:(device_stack/|device_stack \(front offers|caching_resource\(device\)|caching_resource\(device_malloc\)|coalescing_resource\(device_malloc\))'
 threads='^alloc/device/threads/cudapmr:(device_stack|caching_resource\(device\))/.*/threads:(1|16)$'
 filter="^alloc/device/(256B|64KiB|1MiB|mix|mix_to_32MiB)/($peers|$ours)|$threads"
 timeout "${TABLES_ALLOC_SECONDS:-300}" "$bench" --benchmark_filter="$filter" --benchmark_repetitions=3 \

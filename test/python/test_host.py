@@ -316,6 +316,24 @@ def test_caching_resource_hands_its_streams_blocks_back_before_a_large_request_w
     assert host.used_bytes == 0
 
 
+@pytest.mark.parametrize("share", [None, 16 << 10])
+def test_caching_resource_offers_a_streams_freed_blocks_to_other_streams_past_its_stream_share(host, share):
+    cache = cudapmr.CachingResource(host, stream_share=share)
+    quiet, other = 0x1000, 0x2000  # made-up handles: the host resource ignores streams, the cache keys on them
+    for _ in range(4):  # past the frees a new stream offers
+        cache.deallocate_raw(cache.allocate_raw(4096, quiet), 4096, quiet)
+    blocks = [cache.allocate_raw(4096, quiet) for _ in range(8)]
+    for block in blocks:
+        cache.deallocate_raw(block, 4096, quiet)
+    held = host.used_bytes
+    taken = cache.allocate_raw(4096, other)
+    # 32 KiB freed: past a 16 KiB share the other stream reuses one; below the default share it is the quiet stream's.
+    assert host.used_bytes == held + (0 if share else 4096)
+    cache.deallocate_raw(taken, 4096, other)
+    cache.release()
+    assert host.used_bytes == 0
+
+
 def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
     limited = cudapmr.LimitingAdaptor(host, 1000)
     kept = limited.allocate_raw(800)

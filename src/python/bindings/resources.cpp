@@ -340,15 +340,18 @@ void bind_kinds(nb::module_& module) {
       "coalescing engine over the virtual-memory leaf; state() and snapshots show each layer.")
       .def(
           "__init__",
-          [](device_stack* self, int device_id, bool hand_back_before_large) {
+          [](device_stack* self, int device_id, bool hand_back_before_large, std::optional<std::size_t> stream_share) {
             device_stack_options options;
             options.front.hand_back_before_large = hand_back_before_large;
+            options.front.stream_share = stream_share;
             new (self) device_stack(device_id, options);
           },
           "device_id"_a = 0, nb::kw_only(), "hand_back_before_large"_a = device_stack_options{}.front.hand_back_before_large,
+          "stream_share"_a = nb::none(),
           "hand_back_before_large: before a request past 4 MiB, the front hands its stream's freed blocks to the "
           "engine (less memory where sizes change from step to step; off: faster where small requests go between "
-          "frequent large ones).")
+          "frequent large ones); stream_share: bytes a stream keeps freed before the front offers them to every "
+          "stream (None: an eighth of the front's budget; smaller: less held by many streams, an event per offer).")
       .def("release", &device_stack::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands everything back; frees the memory of graphs captured over it (synchronizes the device).");
   module.def("default_device_stack", &default_device_stack, "device_id"_a = 0, nb::rv_policy::reference,
@@ -369,7 +372,7 @@ void bind_adaptors(nb::module_& module) {
           "__init__",
           [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
              std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval,
-             bool hand_back_before_large) {
+             bool hand_back_before_large, std::optional<std::size_t> stream_share) {
             if (!(shrink_interval >= 0.0))  // also NaN
               throw nb::value_error(
                   ("shrink_interval must be a number of seconds >= 0; got " + std::to_string(shrink_interval)).c_str());
@@ -380,16 +383,18 @@ void bind_adaptors(nb::module_& module) {
                                                                   .max_cached_bytes = max_cached_bytes,
                                                                   .check_capture = check_capture,
                                                                   .shrink_interval = interval,
-                                                                  .hand_back_before_large = hand_back_before_large});
+                                                                  .hand_back_before_large = hand_back_before_large,
+                                                                  .stream_share = stream_share});
           },
           "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
           "max_cached_bytes"_a = nb::none(), "check_capture"_a = true,
           "shrink_interval"_a = std::chrono::duration<double>(caching_options{}.shrink_interval).count(),
-          "hand_back_before_large"_a = false, nb::keep_alive<1, 2>(),
+          "hand_back_before_large"_a = false, "stream_share"_a = nb::none(), nb::keep_alive<1, 2>(),
           "max_cached_bytes: the budget (None: an eighth of the upstream device's memory, 1 GiB for host "
           "memory); shrink_interval: seconds per eighth that what the cache may keep falls while what is "
           "live stays below its recent peak; hand_back_before_large: a request past max_cached_block first "
-          "hands the blocks its stream freed back upstream (for an upstream that merges them).")
+          "hands the blocks its stream freed back upstream (for an upstream that merges them); stream_share: "
+          "bytes a stream keeps freed before it offers them to every stream (None: an eighth of the budget).")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");

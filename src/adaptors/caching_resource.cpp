@@ -55,6 +55,7 @@ caching_options validated(caching_options options, const stream_ordered_resource
   options.max_cached_block = std::min(options.max_cached_block, largest_cached_block);
   options.shrink_interval = std::min<std::chrono::milliseconds>(options.shrink_interval, std::chrono::hours(24 * 365));
   if (!options.max_cached_bytes) options.max_cached_bytes = default_budget(upstream);
+  if (!options.stream_share) options.stream_share = *options.max_cached_bytes / 8;
   return options;
 }
 

@@ -60,12 +60,16 @@ struct caching_options {
   /// requests on a stream that also makes large ones miss more often (each
   /// miss an upstream call). `device_stack`'s front turns it on.
   bool hand_back_before_large = false;
-  /// The bytes a stream may hold freed before it records an event and offers
-  /// them to every stream: others may then reuse them, and trims on any
-  /// stream may hand them back. Below it, only the stream itself reuses or
-  /// trims them, so a stream that goes quiet keeps up to this much. Unset:
-  /// an eighth of `max_cached_bytes`. Smaller: a program of many streams
-  /// holds less, at an event record per offer (0: one at every free).
+  /// Past this many bytes freed and not yet offered, a stream's free records
+  /// an event and offers all of them to every stream: others may then reuse
+  /// them, and trims on any stream may hand them back. A stream also offers
+  /// at its first frees and when another stream missed lately; otherwise
+  /// only the stream itself reuses or trims them, so a stream that goes quiet
+  /// keeps up to this much. Unset: an eighth of `max_cached_bytes` (what
+  /// `options()` then shows); at or past the budget, never by size. Smaller:
+  /// a program of many streams holds less, at an event record per offer (0:
+  /// one at every free), and the stream's own reuse of offered blocks goes
+  /// through the list every stream shares.
   std::optional<std::size_t> stream_share;
 };
 
@@ -101,8 +105,8 @@ struct cache_statistics {
 /// - Another stream T gets it once S has recorded an event after the free:
 ///   at once if the event has completed, else T first waits for it. S records
 ///   one when it is new, when another stream has missed lately, or when it
-///   holds more than an eighth of the budget, so a stream that reuses its own
-///   frees records none.
+///   holds more than `stream_share` freed, so a stream that reuses its own
+///   frees within that records none.
 /// - pmr `deallocate` is a free on the bound stream. While `bound_stream()`
 ///   has never been handed out no work can be pending there, so the block is
 ///   ready for the host and every stream at once; after that, pmr `allocate`

@@ -75,8 +75,8 @@ class free_lists {
 ///
 /// A stream seals its free blocks when it is new (its first frees), when
 /// another stream missed lately (cross-stream demand), or when it holds more
-/// than a share of the budget; a stream that reuses its own frees never pays
-/// for an event. The cache makes no CUDA call on a stream other than the
+/// than its share (`stream_share`); a stream that reuses its own frees within
+/// its share pays for no event. The cache makes no CUDA call on a stream other than the
 /// caller's, so a stream may be destroyed with blocks in the cache: they stay
 /// until sealed blocks are reused or the cache is drained after a
 /// synchronization of every device. Thread-safe; each stream has its own lock,

@@ -38,9 +38,11 @@ finish() {  # finish NAME STATUS
 # The peers and the stacks of the table, at the three sizes, the mix and the
 # mix with large requests; threads for the stack and the cache alone.
 peers='peer:(cudaMallocAsync|cub::CachingDeviceAllocator\(tuned\)|RMM)'
-ours='cudapmr:(device_stack/|device_stack \(front offers|caching_resource\(device\)|caching_resource\(device_malloc\)|coalescing_resource\(device_malloc\))'
+ours='cudapmr:(device_stack/|caching_resource\(device\)|caching_resource\(device_malloc\)|coalescing_resource\(device_malloc\))'
+# The variant that offers a stream's blocks early records events only where blocks pile up: the mixes.
+offers='^alloc/device/(mix|mix_to_32MiB)/cudapmr:device_stack \(front offers'
 threads='^alloc/device/threads/cudapmr:(device_stack|caching_resource\(device\))/.*/threads:(1|16)$'
-filter="^alloc/device/(256B|64KiB|1MiB|mix|mix_to_32MiB)/($peers|$ours)|$threads"
+filter="^alloc/device/(256B|64KiB|1MiB|mix|mix_to_32MiB)/($peers|$ours)|$offers|$threads"
 timeout "${TABLES_ALLOC_SECONDS:-300}" "$bench" --benchmark_filter="$filter" --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true --benchmark_color=false >"$out/alloc.txt" 2>&1
 finish "allocation bench ($out/alloc.txt)" $?

@@ -28,8 +28,8 @@ inline device_stack_options front_keeps_blocks_at_large_requests() {
 
 /// The front offers a stream's freed blocks to every stream past 4 MiB
 /// instead of past an eighth of its budget (1.25 GiB on an 80 GB GPU): what
-/// the events cost, against what sixteen streams then hold (a quiet stream's
-/// blocks no longer stay; the host model: 568 MiB reserved at most for 298
+/// the events cost, against what sixteen streams then hold (a quiet stream
+/// keeps at most 4 MiB; the host model: 568 MiB reserved at most for 298
 /// live, against 938).
 inline device_stack_options front_offers_past_4_mib_a_stream() {
   device_stack_options options;

@@ -117,13 +117,13 @@ thread_local entry_memo last_entry;
 
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
                          std::chrono::nanoseconds shrink_interval, std::optional<double> per_live,
-                         std::optional<std::size_t> stream_share)
+                         std::size_t stream_share)
     : ordering_(ordering),
       // The counts are signed: a budget past 2^63 (SIZE_MAX for "unbounded") is 2^63 - 1.
       max_bytes_(std::min<std::size_t>(max_cached_bytes, std::numeric_limits<std::int64_t>::max())),
       shrink_interval_(shrink_interval.count()),
       per_live_(per_live),
-      stream_share_(stream_share.value_or(max_cached_bytes / 8)),
+      stream_share_(stream_share),
       floor_bytes_(static_cast<std::int64_t>(std::min(max_cached_bytes / 64, std::size_t{16} << 20))),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()),

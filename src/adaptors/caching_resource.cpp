@@ -99,7 +99,7 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
       options_(validated(options, upstream)),
       ordering_(ordering),
       cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval, options_.max_cached_per_live,
-             options_.stream_share),
+             *options_.stream_share),
       device_memory_bytes_(trim_bound(upstream)) {}
 
 caching_resource::~caching_resource() {

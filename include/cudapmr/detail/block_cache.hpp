@@ -91,10 +91,9 @@ class block_cache {
   /// \param per_live where set, the cache keeps at most this many times what
   /// is live now (the floor at least) instead of what was lately.
   /// \param stream_share the unsealed bytes a stream keeps before it seals
-  /// them (unset: an eighth of `max_cached_bytes`).
-  block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
-              std::chrono::nanoseconds shrink_interval = std::chrono::milliseconds(200),
-              std::optional<double> per_live = std::nullopt, std::optional<std::size_t> stream_share = std::nullopt);
+  /// them (`caching_options::stream_share`, its default resolved).
+  block_cache(stream_ordering& ordering, std::size_t max_cached_bytes, std::chrono::nanoseconds shrink_interval,
+              std::optional<double> per_live, std::size_t stream_share);
   ~block_cache();
   block_cache(const block_cache&) = delete;
   block_cache& operator=(const block_cache&) = delete;

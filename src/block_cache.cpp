@@ -117,7 +117,7 @@ thread_local entry_memo last_entry;
 
 block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes,
                          std::chrono::nanoseconds shrink_interval, std::optional<double> per_live,
-                         std::size_t stream_share)
+                         std::optional<std::size_t> stream_share)
     : ordering_(ordering),
       // The counts are signed: a budget past 2^63 (SIZE_MAX for "unbounded") is 2^63 - 1.
       max_bytes_(std::min<std::size_t>(max_cached_bytes, std::numeric_limits<std::int64_t>::max())),
@@ -165,6 +165,7 @@ block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
     if (found == nullptr) {
       try {
         found = home.entries.emplace_back(std::make_unique<stream_entry>(key)).get();
+        stream_entries_.fetch_add(1, std::memory_order_relaxed);
       } catch (...) {
         return nullptr;
       }
@@ -172,6 +173,15 @@ block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
   }
   if (!is_default_stream(handle)) last_entry = {identity_, handle, found};
   return found;
+}
+
+std::size_t block_cache::share_now() const noexcept {
+  if (stream_share_) return *stream_share_;
+  const std::size_t most = max_bytes_ / 8;
+  const std::size_t least = std::min(std::size_t{4} << 20, most);
+  const auto peak = static_cast<std::size_t>(std::max<std::int64_t>(0, recent_live_peak_.load(std::memory_order_relaxed)));
+  const std::size_t streams = std::max<std::size_t>(1, stream_entries_.load(std::memory_order_relaxed));
+  return std::clamp(peak / 2 / streams, least, most);
 }
 
 void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept {
@@ -435,7 +445,7 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool wanted = wanting != nullptr && wanting != entry;
-    const bool seal = entry->frees < young_stream_frees || wanted || entry->unsealed.bytes() > stream_share_;
+    const bool seal = entry->frees < young_stream_frees || wanted || entry->unsealed.bytes() > share_now();
     // The stream that missed may be gone: unless it takes sealed blocks, its
     // request lapses after a few seals, or every other stream would record an
     // event at every free from then on.

@@ -55,7 +55,6 @@ caching_options validated(caching_options options, const stream_ordered_resource
   options.max_cached_block = std::min(options.max_cached_block, largest_cached_block);
   options.shrink_interval = std::min<std::chrono::milliseconds>(options.shrink_interval, std::chrono::hours(24 * 365));
   if (!options.max_cached_bytes) options.max_cached_bytes = default_budget(upstream);
-  if (!options.stream_share) options.stream_share = *options.max_cached_bytes / 8;
   return options;
 }
 
@@ -99,7 +98,7 @@ caching_resource::caching_resource(stream_ordered_resource& upstream, caching_op
       options_(validated(options, upstream)),
       ordering_(ordering),
       cache_(ordering, *options_.max_cached_bytes, options_.shrink_interval, options_.max_cached_per_live,
-             *options_.stream_share),
+             options_.stream_share),
       device_memory_bytes_(trim_bound(upstream)) {}
 
 caching_resource::~caching_resource() {

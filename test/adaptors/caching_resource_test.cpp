@@ -429,7 +429,11 @@ TEST(CachingResource, EachCacheShrinksOnItsOwnFreesWhenAThreadFreesIntoSeveral) 
   // below its peak looks at the clock. A counter shared by the thread's caches
   // fell on the same cache each time, and the other never shrank.
   host_memory_resource first_upstream, second_upstream;
-  const caching_options options{.max_cached_bytes = 256 * mebibyte, .shrink_interval = std::chrono::milliseconds(0)};
+  // A share of the whole budget: no offer moves bytes from the stream's
+  // lagging count to the shared one, which would shift where the trims fall.
+  const caching_options options{.max_cached_bytes = 256 * mebibyte,
+                                .shrink_interval = std::chrono::milliseconds(0),
+                                .stream_share = 256 * mebibyte};
   caching_resource first(first_upstream, options), second(second_upstream, options);
   std::vector<void*> first_blocks(256), second_blocks(256);
   for (std::size_t i = 0; i < 256; ++i) {
@@ -744,17 +748,46 @@ TEST(CachingResource, AStreamShareIsPassedOnlyPastIt) {
   EXPECT_EQ(free_eight_blocks(below_it), 1u);
   caching_resource every_free(upstream, caching_options{.stream_share = 0}, ordering);
   EXPECT_EQ(free_eight_blocks(every_free), 8u);
-  caching_resource by_default(upstream, caching_options{.max_cached_bytes = 8 * 4096}, ordering);
-  EXPECT_EQ(by_default.options().stream_share, 4096u) << "unset, the share is an eighth of the budget";
+  caching_resource by_default(upstream, caching_options{}, ordering);
+  EXPECT_FALSE(by_default.options().stream_share) << "unset stays unset: the share follows what is live";
 }
 
-TEST(CachingResource, WithASmallStreamShareSixteenQuietStreamsLeaveTheStackLittle) {
+/// Stream 1 holds sixteen 4 MiB blocks after `streams` streams in all have
+/// been seen, then frees six of them (24 MiB); returns the events those
+/// frees recorded.
+std::uint64_t events_freeing_a_quarter_of_64_mib(std::size_t streams, std::optional<std::size_t> share = {}) {
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, caching_options{.max_cached_bytes = std::size_t{1} << 30, .stream_share = share},
+                         ordering);
+  for (std::size_t s = 2; s <= streams; ++s) settle(cache, fake_stream(s), 4096);
+  settle(cache, fake_stream(1), 4 * mebibyte);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(cache.allocate_async(4 * mebibyte, fake_stream(1)));
+  const std::uint64_t before = cache.statistics().events_recorded;
+  for (int i = 0; i < 6; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
+  const std::uint64_t events = cache.statistics().events_recorded - before;
+  for (int i = 6; i < 16; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
+  return events;
+}
+
+TEST(CachingResource, UnsetAStreamsShareIsHalfWhatIsLiveSplitAmongTheStreamsSeen) {
+  // 64 MiB live: one stream's share is 32 MiB, so its 24 MiB of frees stay its own.
+  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(1), 0u);
+  // Sixteen streams: 2 MiB each, raised to the 4 MiB least; offered at every second 4 MiB free.
+  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(16), 3u);
+  // A share set is kept whatever the streams: an eighth of the budget here.
+  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(16, std::size_t{128} << 20), 0u);
+}
+
+TEST(CachingResource, SixteenQuietStreamsLeaveTheStackLittleAsTheirShareFollowsWhatIsLive) {
   // The default stack's shape over a host leaf: sixteen streams allocate
   // and free (one block in eight freed by the next stream), then all go
-  // quiet. With a 4 MiB share a stream's frees are offered to the others and
-  // to their trims, so what the front keeps and the engine grows to stay
-  // nearer what was live; with the default share each quiet stream keeps its
-  // own. Four seeds summed: one run's margin depends on its sizes.
+  // quiet. With the default share, a sixteenth of half what is live, a
+  // stream's frees are offered to the others and to their trims, so what the
+  // front keeps and the engine grows to stay nearer what was live; with a
+  // share of an eighth of the budget (the default before) each quiet stream
+  // keeps its own. Four seeds summed: one run's margin depends on its sizes.
   struct held {
     std::size_t reserved_peak = 0;
     std::size_t cached_at_end = 0;
@@ -767,7 +800,7 @@ TEST(CachingResource, WithASmallStreamShareSixteenQuietStreamsLeaveTheStackLittl
     stack_shape stack(leaf, ordering, options);
     std::mt19937_64 random(seed);
     std::vector<std::vector<std::pair<void*, std::size_t>>> live(16);
-    for (int step = 0; step < 400; ++step) {
+    for (int step = 0; step < 2000; ++step) {  // as many as the memory bench's replay
       for (std::size_t s = 0; s < live.size(); ++s) {
         if (live[s].size() >= 8) {
           const std::size_t victim = random() % live[s].size();
@@ -784,20 +817,25 @@ TEST(CachingResource, WithASmallStreamShareSixteenQuietStreamsLeaveTheStackLittl
       for (const auto& [p, bytes] : live[s]) stack.front.deallocate_async(p, bytes, fake_stream(s + 1));
     return held{stack.engine.statistics().reserved_peak, stack.front.statistics().cached_bytes};
   };
+  const std::size_t eighth_of_budget = [] {
+    host_memory_resource leaf;
+    fake_ordering ordering;
+    return *stack_shape(leaf, ordering).front.options().max_cached_bytes / 8;
+  }();
   held by_default;
-  held small_share;
+  held eighth;
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    const held plain = run(std::nullopt, seed);
-    const held offered = run(4 * mebibyte, seed);
-    by_default.reserved_peak += plain.reserved_peak;
-    by_default.cached_at_end += plain.cached_at_end;
-    small_share.reserved_peak += offered.reserved_peak;
-    small_share.cached_at_end += offered.cached_at_end;
+    const held followed = run(std::nullopt, seed);
+    const held fixed = run(eighth_of_budget, seed);
+    by_default.reserved_peak += followed.reserved_peak;
+    by_default.cached_at_end += followed.cached_at_end;
+    eighth.reserved_peak += fixed.reserved_peak;
+    eighth.cached_at_end += fixed.cached_at_end;
   }
-  EXPECT_LT(small_share.reserved_peak * 5, by_default.reserved_peak * 4)
-      << small_share.reserved_peak << " against " << by_default.reserved_peak;
-  EXPECT_LT(small_share.cached_at_end * 3, by_default.cached_at_end * 2)
-      << small_share.cached_at_end << " against " << by_default.cached_at_end;
+  EXPECT_LT(by_default.reserved_peak * 5, eighth.reserved_peak * 4)
+      << by_default.reserved_peak << " against " << eighth.reserved_peak;
+  EXPECT_LT(by_default.cached_at_end * 3, eighth.cached_at_end * 2)
+      << by_default.cached_at_end << " against " << eighth.cached_at_end;
 }
 
 TEST(CachingResource, OverTheStacksEngineALargeRequestReusesWhatTheFrontHeldInsteadOfGrowing) {

@@ -65,11 +65,15 @@ struct caching_options {
   /// them, and trims on any stream may hand them back. A stream also offers
   /// at its first frees and when another stream missed lately; otherwise
   /// only the stream itself reuses or trims them, so a stream that goes quiet
-  /// keeps up to this much. Unset: an eighth of `max_cached_bytes` (what
-  /// `options()` then shows); at or past the budget, never by size. Smaller:
-  /// a program of many streams holds less, at an event record per offer (0:
-  /// one at every free), and the stream's own reuse of offered blocks goes
-  /// through the list every stream shares.
+  /// keeps up to this much. Unset (the default), the share follows what is
+  /// live: half the recent peak of live bytes split among the streams the
+  /// cache has seen, at least 4 MiB and at most an eighth of
+  /// `max_cached_bytes`. So the blocks that quiet streams keep stay under
+  /// half of what was live, and a program of one or a few streams offers
+  /// rarely. Set: a fixed share; at or past the budget, never by size.
+  /// Smaller: a program of many streams holds less, at an event record per
+  /// offer (0: one at every free), and the stream's own reuse of offered
+  /// blocks goes through the list every stream shares.
   std::optional<std::size_t> stream_share;
 };
 
@@ -105,7 +109,7 @@ struct cache_statistics {
 /// - Another stream T gets it once S has recorded an event after the free:
 ///   at once if the event has completed, else T first waits for it. S records
 ///   one when it is new, when another stream has missed lately, or when it
-///   holds more than `stream_share` freed, so a stream that reuses its own
+///   holds more than its `stream_share` freed, so a stream that reuses its own
 ///   frees within that records none.
 /// - pmr `deallocate` is a free on the bound stream. While `bound_stream()`
 ///   has never been handed out no work can be pending there, so the block is

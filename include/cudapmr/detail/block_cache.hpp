@@ -75,8 +75,9 @@ class free_lists {
 ///
 /// A stream seals its free blocks when it is new (its first frees), when
 /// another stream missed lately (cross-stream demand), or when it holds more
-/// than its share (`stream_share`); a stream that reuses its own frees within
-/// its share pays for no event. The cache makes no CUDA call on a stream other than the
+/// than its share (`stream_share`, or by default half of what is live at
+/// most lately split among the streams); a stream that reuses its own frees
+/// within its share pays for no event. The cache makes no CUDA call on a stream other than the
 /// caller's, so a stream may be destroyed with blocks in the cache: they stay
 /// until sealed blocks are reused or the cache is drained after a
 /// synchronization of every device. Thread-safe; each stream has its own lock,
@@ -91,9 +92,10 @@ class block_cache {
   /// \param per_live where set, the cache keeps at most this many times what
   /// is live now (the floor at least) instead of what was lately.
   /// \param stream_share the unsealed bytes a stream keeps before it seals
-  /// them (`caching_options::stream_share`, its default resolved).
+  /// them (`caching_options::stream_share`); unset, a share that follows
+  /// what is live (see share_now()).
   block_cache(stream_ordering& ordering, std::size_t max_cached_bytes, std::chrono::nanoseconds shrink_interval,
-              std::optional<double> per_live, std::size_t stream_share);
+              std::optional<double> per_live, std::optional<std::size_t> stream_share);
   ~block_cache();
   block_cache(const block_cache&) = delete;
   block_cache& operator=(const block_cache&) = delete;
@@ -233,6 +235,12 @@ class block_cache {
   static constexpr std::size_t entry_shard_count = 64;
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
+  /// The unsealed bytes a stream keeps before it seals them: the option where
+  /// set; else half the recent peak of what is live split among the streams
+  /// seen, between 4 MiB and an eighth of the budget. So the blocks all quiet
+  /// streams keep stay under half the live peak, and a program of few
+  /// streams seals rarely.
+  [[nodiscard]] std::size_t share_now() const noexcept;
   [[nodiscard]] std::atomic<std::uint32_t>& recorded_slot(const void* pointer) noexcept;
   /// Bytes cached beyond what may be beside `incoming` more bytes: no more
   /// than is live with them, or an eighth over what was lately (the floor at least),
@@ -286,11 +294,12 @@ class block_cache {
   const std::size_t max_bytes_;
   const std::int64_t shrink_interval_;  // nanoseconds
   const std::optional<double> per_live_;  // see the constructor
-  const std::size_t stream_share_;  // unsealed bytes a stream keeps before it seals
+  const std::optional<std::size_t> stream_share_;  // unsealed bytes a stream keeps before it seals; unset: share_now()
   const std::int64_t floor_bytes_;  // what the cache may keep however little is live: a 64th of the budget, at most 16 MiB
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   const bool keep_nothing_;         // CUDAPMR_NO_CACHING=1 when the cache was made
+  std::atomic<std::size_t> stream_entries_{0};  // entries made (read at every free, written rarely): see share_now()
   std::atomic<std::int64_t> below_since_{0};   // steady-clock ns since which what is live stayed below the peak; 0: not below
   std::atomic<std::uint32_t> frees_below_{0};  // frees while below: every 32nd looks at the clock
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth

@@ -4,6 +4,7 @@
 #include "cudapmr/detail/thread_ordinal.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -25,6 +26,11 @@ constexpr std::uint32_t unanswered_seals_limit = 16;
 /// A stream's first frees are sealed: a stream made per request frees once and
 /// is gone, and its block must reach the next one.
 constexpr std::uint32_t young_stream_frees = 2;
+/// The default stream share splits what is live among the streams that freed
+/// in this window or the last: a stream quiet for two windows no longer counts.
+constexpr std::int64_t freeing_window_ns = 1'000'000'000;
+/// The least default share: below it a stream's frees never look at the share.
+constexpr std::size_t least_default_share = std::size_t{4} << 20;
 /// Bytes a lock holder counts before it adds them to the shared total: a
 /// 64th of the budget, between 64 KiB and 4 MiB.
 std::int64_t flush_bytes_for(std::size_t max_cached_bytes) noexcept {
@@ -124,10 +130,12 @@ block_cache::block_cache(stream_ordering& ordering, std::size_t max_cached_bytes
       shrink_interval_(shrink_interval.count()),
       per_live_(per_live),
       stream_share_(stream_share),
+      least_share_(stream_share.value_or(std::min(least_default_share, max_cached_bytes / 8))),
       floor_bytes_(static_cast<std::int64_t>(std::min(max_cached_bytes / 64, std::size_t{16} << 20))),
       flush_bytes_(flush_bytes_for(max_cached_bytes)),
       identity_(next_cache_identity()),
-      keep_nothing_(caching_disabled()) {}
+      keep_nothing_(caching_disabled()),
+      window_start_(clock_ticks()) {}
 
 block_cache::~block_cache() {
   // Blocks were drained by the owner; events of sealed blocks left behind (a
@@ -165,7 +173,6 @@ block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
     if (found == nullptr) {
       try {
         found = home.entries.emplace_back(std::make_unique<stream_entry>(key)).get();
-        stream_entries_.fetch_add(1, std::memory_order_relaxed);
       } catch (...) {
         return nullptr;
       }
@@ -177,11 +184,28 @@ block_cache::stream_entry* block_cache::entry_of(stream_ref stream) noexcept {
 
 std::size_t block_cache::share_now() const noexcept {
   if (stream_share_) return *stream_share_;
-  const std::size_t most = max_bytes_ / 8;
-  const std::size_t least = std::min(std::size_t{4} << 20, most);
   const auto peak = static_cast<std::size_t>(std::max<std::int64_t>(0, recent_live_peak_.load(std::memory_order_relaxed)));
-  const std::size_t streams = std::max<std::size_t>(1, stream_entries_.load(std::memory_order_relaxed));
-  return std::clamp(peak / 2 / streams, least, most);
+  const std::size_t streams = std::max<std::size_t>({1, freeing_streams_[0].load(std::memory_order_relaxed),
+                                                     freeing_streams_[1].load(std::memory_order_relaxed)});
+  return std::clamp(peak / 2 / streams, least_share_, max_bytes_ / 8);
+}
+
+void block_cache::note_freeing(stream_entry& entry) noexcept {
+  std::uint32_t window = window_.load(std::memory_order_relaxed);
+  // Every 64th free of a stream looks at the clock: a new window starts its count from nothing.
+  if (++entry.frees_seen % 64 == 0) {
+    const std::int64_t now = clock_ticks();
+    std::int64_t start = window_start_.load(std::memory_order_relaxed);
+    if (now - start >= freeing_window_ns &&
+        window_start_.compare_exchange_strong(start, now, std::memory_order_relaxed)) {
+      freeing_streams_[(window + 1) % 2].store(0, std::memory_order_relaxed);
+      window_.store(++window, std::memory_order_relaxed);
+    }
+  }
+  if (entry.window != window) {
+    entry.window = window;
+    freeing_streams_[window % 2].fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept {
@@ -192,9 +216,9 @@ void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept
   }
 }
 
-block_cache::give_outcome block_cache::keeps(std::size_t size_class) noexcept {
+block_cache::give_outcome block_cache::keeps(std::size_t size_class, std::int64_t unflushed) noexcept {
   if (keep_nothing_) return refuse(size_class);
-  const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed));
+  const std::int64_t cached = std::max<std::int64_t>(0, approximate_bytes_.load(std::memory_order_relaxed) + unflushed);
   const std::int64_t live = held_.load(std::memory_order_relaxed) - cached;  // the block included
   const std::int64_t peak = note_live(live);
   const auto incoming = static_cast<std::int64_t>(size_class_bytes(size_class));
@@ -434,18 +458,21 @@ void block_cache::note_taken_upstream(std::size_t size_class) noexcept {
 // ---- giving ----------------------------------------------------------------------
 
 block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_class, void* pointer) noexcept {
-  const give_outcome outcome = keeps(size_class);
-  if (outcome == give_outcome::refused) return outcome;
   stream_entry* entry = entry_of(stream);
   if (entry == nullptr) return refuse(size_class);
   std::vector<cached_block> to_seal;
+  give_outcome outcome;
   {
     const std::lock_guard lock(entry->mutex);
+    outcome = keeps(size_class, entry->unflushed);
+    if (outcome == give_outcome::refused) return outcome;
     if (!entry->unsealed.push(size_class, pointer)) return refuse(size_class);
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool wanted = wanting != nullptr && wanting != entry;
-    const bool seal = entry->frees < young_stream_frees || wanted || entry->unsealed.bytes() > share_now();
+    note_freeing(*entry);
+    const std::size_t held = entry->unsealed.bytes();
+    const bool seal = entry->frees < young_stream_frees || wanted || (held > least_share_ && held > share_now());
     // The stream that missed may be gone: unless it takes sealed blocks, its
     // request lapses after a few seals, or every other stream would record an
     // event at every free from then on.
@@ -465,10 +492,10 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
 }
 
 block_cache::give_outcome block_cache::give_ready(std::size_t size_class, void* pointer) noexcept {
-  const give_outcome outcome = keeps(size_class);
-  if (outcome == give_outcome::refused) return outcome;
   ready_shard& own = ready_[this_thread_shard(ready_shard_count)];
   const std::lock_guard lock(own.mutex);
+  const give_outcome outcome = keeps(size_class, own.unflushed);
+  if (outcome == give_outcome::refused) return outcome;
   if (!own.lists.push(size_class, pointer)) return refuse(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
@@ -586,11 +613,20 @@ std::size_t block_cache::excess(std::size_t incoming) const noexcept {
   return cached > allowed ? static_cast<std::size_t>(cached - allowed) : 0;
 }
 
+void block_cache::flush_own(stream_ref stream) noexcept {
+  if (stream_entry* entry = entry_of(stream)) {
+    const std::lock_guard lock(entry->mutex);
+    approximate_bytes_.fetch_add(std::exchange(entry->unflushed, 0), std::memory_order_relaxed);
+  }
+}
+
 void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
+  flush_own(stream);
   if (const std::size_t over = excess(size_class_bytes(size_class)); over != 0) evict(stream, over, out);
 }
 
 void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) {
+  flush_own(stream);
   // A little below the line, so that frees at the line do not trim each time.
   if (const std::size_t over = excess(0); over != 0) evict(stream, over + static_cast<std::size_t>(floor_bytes_) / 8, out);
 }
@@ -621,6 +657,7 @@ void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicte
       from_lists(entry->unsealed, entry->unflushed);
     }
   }
+  flush_own(stream);
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   note_returned(out, first);
 }

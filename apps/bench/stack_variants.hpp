@@ -26,11 +26,10 @@ inline device_stack_options front_keeps_blocks_at_large_requests() {
   return options;
 }
 
-/// The front offers a stream's freed blocks to every stream past 4 MiB
-/// instead of past an eighth of its budget (1.25 GiB on an 80 GB GPU): what
-/// the events cost, against what sixteen streams then hold (a quiet stream
-/// keeps at most 4 MiB; the host model: 568 MiB reserved at most for 298
-/// live, against 938).
+/// The front offers a stream's freed blocks to every stream past a fixed
+/// 4 MiB instead of past its default share, which follows what is live (half
+/// the recent live peak split among the streams freeing lately, at least
+/// 4 MiB): the default's events and memory against the most frugal share.
 inline device_stack_options front_offers_past_4_mib_a_stream() {
   device_stack_options options;
   options.front.stream_share = std::size_t{4} << 20;

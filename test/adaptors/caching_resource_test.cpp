@@ -429,11 +429,7 @@ TEST(CachingResource, EachCacheShrinksOnItsOwnFreesWhenAThreadFreesIntoSeveral) 
   // below its peak looks at the clock. A counter shared by the thread's caches
   // fell on the same cache each time, and the other never shrank.
   host_memory_resource first_upstream, second_upstream;
-  // A share of the whole budget: no offer moves bytes from the stream's
-  // lagging count to the shared one, which would shift where the trims fall.
-  const caching_options options{.max_cached_bytes = 256 * mebibyte,
-                                .shrink_interval = std::chrono::milliseconds(0),
-                                .stream_share = 256 * mebibyte};
+  const caching_options options{.max_cached_bytes = 256 * mebibyte, .shrink_interval = std::chrono::milliseconds(0)};
   caching_resource first(first_upstream, options), second(second_upstream, options);
   std::vector<void*> first_blocks(256), second_blocks(256);
   for (std::size_t i = 0; i < 256; ++i) {
@@ -444,8 +440,14 @@ TEST(CachingResource, EachCacheShrinksOnItsOwnFreesWhenAThreadFreesIntoSeveral) 
     first.deallocate_async(first_blocks[i], 64 * 1024, fake_stream(1));
     second.deallocate_async(second_blocks[i], 64 * 1024, fake_stream(1));
   }
-  EXPECT_LE(first_upstream.used_bytes(), 10 * mebibyte) << "16 MiB were live; the floor is 4 MiB";
-  EXPECT_LE(second_upstream.used_bytes(), 10 * mebibyte);
+  // The program goes on with one block live in each: hundreds of frees below the peak.
+  for (int i = 0; i < 512; ++i) {
+    first.deallocate_async(first.allocate_async(64 * 1024, fake_stream(1)), 64 * 1024, fake_stream(1));
+    second.deallocate_async(second.allocate_async(64 * 1024, fake_stream(1)), 64 * 1024, fake_stream(1));
+  }
+  // The floor, 4 MiB, and what the cache's own count may lag, 4 MiB (a 64th of the budget).
+  EXPECT_LE(first_upstream.used_bytes(), 8 * mebibyte) << "16 MiB were live";
+  EXPECT_LE(second_upstream.used_bytes(), 8 * mebibyte);
 }
 
 TEST(CachingResource, ABriefDipAfterALongStayAtThePeakKeepsTheBlocks) {
@@ -753,31 +755,50 @@ TEST(CachingResource, AStreamShareIsPassedOnlyPastIt) {
 }
 
 /// Stream 1 holds sixteen 4 MiB blocks after `streams` streams in all have
-/// been seen, then frees six of them (24 MiB); returns the events those
-/// frees recorded.
-std::uint64_t events_freeing_a_quarter_of_64_mib(std::size_t streams, std::optional<std::size_t> share = {}) {
+/// freed, then frees six of them (24 MiB); returns the events those frees
+/// recorded. Before that, stream 1 frees 4 KiB blocks 128 times, after a
+/// wait of `quiet` before each half.
+std::uint64_t events_freeing_24_of_64_mib(std::size_t streams,
+                                         caching_options options = {.max_cached_bytes = std::size_t{1} << 30},
+                                         std::chrono::milliseconds quiet = {}) {
   host_memory_resource upstream;
   fake_ordering ordering;
-  caching_resource cache(upstream, caching_options{.max_cached_bytes = std::size_t{1} << 30, .stream_share = share},
-                         ordering);
+  caching_resource cache(upstream, options, ordering);
   for (std::size_t s = 2; s <= streams; ++s) settle(cache, fake_stream(s), 4096);
+  for (int half = 0; half < 2; ++half) {
+    std::this_thread::sleep_for(quiet);
+    for (int i = 0; i < 64; ++i) cache.deallocate_async(cache.allocate_async(4096, fake_stream(1)), 4096, fake_stream(1));
+  }
   settle(cache, fake_stream(1), 4 * mebibyte);
   std::vector<void*> blocks;
   for (int i = 0; i < 16; ++i) blocks.push_back(cache.allocate_async(4 * mebibyte, fake_stream(1)));
   const std::uint64_t before = cache.statistics().events_recorded;
-  for (int i = 0; i < 6; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
+  for (std::size_t i = 0; i < 6; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
   const std::uint64_t events = cache.statistics().events_recorded - before;
-  for (int i = 6; i < 16; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
+  for (std::size_t i = 6; i < 16; ++i) cache.deallocate_async(blocks[i], 4 * mebibyte, fake_stream(1));
   return events;
 }
 
-TEST(CachingResource, UnsetAStreamsShareIsHalfWhatIsLiveSplitAmongTheStreamsSeen) {
+TEST(CachingResource, UnsetAStreamsShareIsHalfWhatIsLiveSplitAmongTheStreamsFreeing) {
   // 64 MiB live: one stream's share is 32 MiB, so its 24 MiB of frees stay its own.
-  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(1), 0u);
-  // Sixteen streams: 2 MiB each, raised to the 4 MiB least; offered at every second 4 MiB free.
-  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(16), 3u);
-  // A share set is kept whatever the streams: an eighth of the budget here.
-  EXPECT_EQ(events_freeing_a_quarter_of_64_mib(16, std::size_t{128} << 20), 0u);
+  EXPECT_EQ(events_freeing_24_of_64_mib(1), 0u);
+  // Two streams: 16 MiB, passed at the fifth free; four: 8 MiB, at the third and the sixth.
+  EXPECT_EQ(events_freeing_24_of_64_mib(2), 1u);
+  EXPECT_EQ(events_freeing_24_of_64_mib(4), 2u);
+  // Sixteen: 2 MiB each, raised to the 4 MiB least; passed at every second free.
+  EXPECT_EQ(events_freeing_24_of_64_mib(16), 3u);
+  // At most an eighth of the budget: 16 MiB of 128 for one stream, passed at the fifth free.
+  EXPECT_EQ(events_freeing_24_of_64_mib(1, {.max_cached_bytes = std::size_t{128} << 20}), 1u);
+  // A share set is kept whatever the streams.
+  EXPECT_EQ(events_freeing_24_of_64_mib(16, {.max_cached_bytes = std::size_t{1} << 30, .stream_share = 128 * mebibyte}),
+            0u);
+}
+
+TEST(CachingResource, AStreamQuietForTwoFreeingWindowsNoLongerSplitsTheShare) {
+  // The fifteen other streams freed, then only stream 1 did for over two
+  // seconds (a window is one): the share is one stream's again.
+  EXPECT_EQ(events_freeing_24_of_64_mib(16, {.max_cached_bytes = std::size_t{1} << 30}, std::chrono::milliseconds(1100)),
+            0u);
 }
 
 TEST(CachingResource, SixteenQuietStreamsLeaveTheStackLittleAsTheirShareFollowsWhatIsLive) {

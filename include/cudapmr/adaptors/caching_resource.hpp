@@ -66,11 +66,12 @@ struct caching_options {
   /// at its first frees and when another stream missed lately; otherwise
   /// only the stream itself reuses or trims them, so a stream that goes quiet
   /// keeps up to this much. Unset (the default), the share follows what is
-  /// live: half the recent peak of live bytes split among the streams the
-  /// cache has seen, at least 4 MiB and at most an eighth of
-  /// `max_cached_bytes`. So the blocks that quiet streams keep stay under
-  /// half of what was live, and a program of one or a few streams offers
-  /// rarely. Set: a fixed share; at or past the budget, never by size.
+  /// live: half the recent peak of live bytes split among the streams that
+  /// freed in the last second or two, at least 4 MiB and at most an eighth of
+  /// `max_cached_bytes`. So the streams that go quiet keep about half of what
+  /// was live between them (at least 4 MiB each), and a program of one or a
+  /// few streams offers rarely. Set: a fixed share; at or past the budget,
+  /// never by size.
   /// Smaller: a program of many streams holds less, at an event record per
   /// offer (0: one at every free), and the stream's own reuse of offered
   /// blocks goes through the list every stream shares.

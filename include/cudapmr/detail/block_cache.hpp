@@ -75,9 +75,10 @@ class free_lists {
 ///
 /// A stream seals its free blocks when it is new (its first frees), when
 /// another stream missed lately (cross-stream demand), or when it holds more
-/// than its share (`stream_share`, or by default half of what is live at
-/// most lately split among the streams); a stream that reuses its own frees
-/// within its share pays for no event. The cache makes no CUDA call on a stream other than the
+/// than its share (`stream_share`, or by default half the recent live peak
+/// split among the streams freeing lately, 4 MiB to an eighth of the
+/// budget); a stream that reuses its own frees within its share pays for no
+/// event. The cache makes no CUDA call on a stream other than the
 /// caller's, so a stream may be destroyed with blocks in the cache: they stay
 /// until sealed blocks are reused or the cache is drained after a
 /// synchronization of every device. Thread-safe; each stream has its own lock,
@@ -207,6 +208,8 @@ class block_cache {
     std::uint32_t frees = 0;  // a new stream seals its first frees
     std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
     std::uint64_t hits = 0;  // own blocks taken again: counted under the lock, on no shared cache line
+    std::uint32_t window = std::numeric_limits<std::uint32_t>::max();  // the freeing window it last freed in
+    std::uint32_t frees_seen = 0;  // every 64th looks at the clock (note_freeing)
     std::atomic<std::size_t> sealed{0};  // its blocks in sealed_: written under sealed_mutex_; evict_own skips or ends its scan by it
   };
   struct sealed_event {
@@ -236,18 +239,27 @@ class block_cache {
 
   [[nodiscard]] stream_entry* entry_of(stream_ref stream) noexcept;
   /// The unsealed bytes a stream keeps before it seals them: the option where
-  /// set; else half the recent peak of what is live split among the streams
-  /// seen, between 4 MiB and an eighth of the budget. So the blocks all quiet
-  /// streams keep stay under half the live peak, and a program of few
-  /// streams seals rarely.
+  /// set; else half the recent live peak split among the streams that freed
+  /// lately (in this freeing window or the last, a second each), between
+  /// 4 MiB and an eighth of the budget. So the streams that go quiet keep
+  /// about half the live peak between them, at least 4 MiB each, and a
+  /// program of few streams seals rarely.
   [[nodiscard]] std::size_t share_now() const noexcept;
+  /// Counts `entry`'s stream among those freeing in the current window, and
+  /// starts a new window once one has run its length. With the entry's lock held.
+  void note_freeing(stream_entry& entry) noexcept;
   [[nodiscard]] std::atomic<std::uint32_t>& recorded_slot(const void* pointer) noexcept;
   /// Bytes cached beyond what may be beside `incoming` more bytes: no more
   /// than is live with them, or an eighth over what was lately (the floor at least),
   /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
+  /// Adds the bytes `stream`'s frees have not yet added to the shared total:
+  /// before and after a trim, so that it is measured against the caller's
+  /// own blocks exactly (sealed ones leave the total at once; the stream's
+  /// lag, up to a flush, would stay).
+  void flush_own(stream_ref stream) noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
-  /// `stream`'s own; largest classes first.
+  /// `stream`'s own; largest classes first. Flushes `stream`'s count.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
   /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
   /// (its own): no block leaves the lists unless it reaches `out`.
@@ -274,8 +286,9 @@ class block_cache {
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;
   /// Whether a block of `size_class` fits in the budget (if not, it leaves
   /// the cache: `refuse`), and whether keeping it puts the cache over what is
-  /// live or was lately; one read of the shared counts serves both.
-  [[nodiscard]] give_outcome keeps(std::size_t size_class) noexcept;
+  /// live or was lately; one read of the shared counts serves both, with the
+  /// caller's `unflushed` bytes (its lock held) added to the total.
+  [[nodiscard]] give_outcome keeps(std::size_t size_class, std::int64_t unflushed) noexcept;
   /// Before a free: what is live, block included, for the recent peak the
   /// cache may hold; returns the peak as it now stands.
   std::int64_t note_live(std::int64_t live) noexcept;
@@ -295,11 +308,11 @@ class block_cache {
   const std::int64_t shrink_interval_;  // nanoseconds
   const std::optional<double> per_live_;  // see the constructor
   const std::optional<std::size_t> stream_share_;  // unsealed bytes a stream keeps before it seals; unset: share_now()
+  const std::size_t least_share_;  // the share is never less: below it a free does not compute share_now()
   const std::int64_t floor_bytes_;  // what the cache may keep however little is live: a 64th of the budget, at most 16 MiB
   const std::int64_t flush_bytes_;  // see account()
   const std::uint64_t identity_;    // tells this cache from any other in the memo
   const bool keep_nothing_;         // CUDAPMR_NO_CACHING=1 when the cache was made
-  std::atomic<std::size_t> stream_entries_{0};  // entries made (read at every free, written rarely): see share_now()
   std::atomic<std::int64_t> below_since_{0};   // steady-clock ns since which what is live stayed below the peak; 0: not below
   std::atomic<std::uint32_t> frees_below_{0};  // frees while below: every 32nd looks at the clock
   std::atomic<std::int64_t> approximate_bytes_{0};  // within a few MiB per stream of the truth
@@ -307,6 +320,12 @@ class block_cache {
   std::atomic<std::int64_t> most_held_{0};  // the most held_ has been since the recent peak last fell
   std::atomic<std::int64_t> recent_live_peak_{0};  // see note_live()
   std::atomic<std::uint64_t> seals_{0};
+  // Streams that freed in the current and the last freeing window (indexed by
+  // the window's parity): read at frees past the least share, written at a
+  // stream's first free of a window.
+  std::atomic<std::uint32_t> window_{0};
+  std::atomic<std::int64_t> window_start_;  // steady-clock ns
+  std::array<std::atomic<std::size_t>, 2> freeing_streams_{};
   std::atomic<std::uint64_t> sealed_hits_{0};  // hits from the sealed lists (others: in their entry or shard)
   std::atomic<std::uint64_t> misses_{0};
   std::atomic<std::uint64_t> cross_{0};

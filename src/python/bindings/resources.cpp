@@ -351,7 +351,7 @@ void bind_kinds(nb::module_& module) {
           "hand_back_before_large: before a request past 4 MiB, the front hands its stream's freed blocks to the "
           "engine (less memory where sizes change from step to step; off: faster where small requests go between "
           "frequent large ones); stream_share: bytes a stream keeps freed before the front offers them to every "
-          "stream (None: half the recent peak of what is live split among the streams seen, 4 MiB to an eighth of "
+          "stream (None: half the recent peak of what is live split among the streams freeing lately, 4 MiB to an eighth of "
           "the front's budget; smaller: less held by many streams, an event per offer).")
       .def("release", &device_stack::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands everything back; frees the memory of graphs captured over it (synchronizes the device).");
@@ -396,7 +396,7 @@ void bind_adaptors(nb::module_& module) {
           "live stays below its recent peak; hand_back_before_large: a request past max_cached_block first "
           "hands the blocks its stream freed back upstream (for an upstream that merges them); stream_share: "
           "bytes a stream keeps freed before it offers them to every stream (None: half the recent peak of what is "
-          "live split among the streams seen, 4 MiB to an eighth of the budget).")
+          "live split among the streams freeing lately, 4 MiB to an eighth of the budget).")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");

@@ -191,21 +191,28 @@ std::size_t block_cache::share_now() const noexcept {
 }
 
 void block_cache::note_freeing(stream_entry& entry) noexcept {
-  std::uint32_t window = window_.load(std::memory_order_relaxed);
   // Every 64th free of a stream looks at the clock: a new window starts its count from nothing.
   if (++entry.frees_seen % 64 == 0) {
     const std::int64_t now = clock_ticks();
     std::int64_t start = window_start_.load(std::memory_order_relaxed);
     if (now - start >= freeing_window_ns &&
         window_start_.compare_exchange_strong(start, now, std::memory_order_relaxed)) {
-      freeing_streams_[(window + 1) % 2].store(0, std::memory_order_relaxed);
-      window_.store(++window, std::memory_order_relaxed);
+      // The window as it is now, not as this thread saw it before the clock:
+      // the count is cleared before any thread sees the window that uses it.
+      const std::uint32_t next = window_.load(std::memory_order_relaxed) + 1;
+      freeing_streams_[next % 2].store(0, std::memory_order_relaxed);
+      window_.store(next, std::memory_order_release);
     }
   }
+  const std::uint32_t window = window_.load(std::memory_order_acquire);
   if (entry.window != window) {
     entry.window = window;
     freeing_streams_[window % 2].fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void block_cache::settle(std::int64_t& unflushed, std::int64_t change) noexcept {
+  approximate_bytes_.fetch_add(std::exchange(unflushed, 0) + change, std::memory_order_relaxed);
 }
 
 void block_cache::account(std::int64_t& unflushed, std::int64_t change) noexcept {
@@ -470,7 +477,9 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
     account(entry->unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
     stream_entry* wanting = wanting_.load(std::memory_order_relaxed);
     const bool wanted = wanting != nullptr && wanting != entry;
-    note_freeing(*entry);
+    if (!stream_share_) note_freeing(*entry);
+    // Over the line the trim that follows measures the total with this stream's pending bytes.
+    if (outcome == give_outcome::kept_over_live) settle(entry->unflushed, 0);
     const std::size_t held = entry->unsealed.bytes();
     const bool seal = entry->frees < young_stream_frees || wanted || (held > least_share_ && held > share_now());
     // The stream that missed may be gone: unless it takes sealed blocks, its
@@ -498,6 +507,7 @@ block_cache::give_outcome block_cache::give_ready(std::size_t size_class, void* 
   if (outcome == give_outcome::refused) return outcome;
   if (!own.lists.push(size_class, pointer)) return refuse(size_class);
   account(own.unflushed, static_cast<std::int64_t>(size_class_bytes(size_class)));
+  if (outcome == give_outcome::kept_over_live) settle(own.unflushed, 0);  // as in give
   own.blocks.store(own.lists.blocks(), std::memory_order_relaxed);
   return outcome;
 }
@@ -616,7 +626,7 @@ std::size_t block_cache::excess(std::size_t incoming) const noexcept {
 void block_cache::flush_own(stream_ref stream) noexcept {
   if (stream_entry* entry = entry_of(stream)) {
     const std::lock_guard lock(entry->mutex);
-    approximate_bytes_.fetch_add(std::exchange(entry->unflushed, 0), std::memory_order_relaxed);
+    settle(entry->unflushed, 0);
   }
 }
 
@@ -626,7 +636,7 @@ void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vect
 }
 
 void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) {
-  flush_own(stream);
+  // The free that asks for it added its own pending bytes to the total (give, give_ready).
   // A little below the line, so that frees at the line do not trim each time.
   if (const std::size_t over = excess(0); over != 0) evict(stream, over + static_cast<std::size_t>(floor_bytes_) / 8, out);
 }
@@ -637,7 +647,7 @@ void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicte
   std::vector<cached_block> blocks;
   const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed) {
     const std::size_t moved = lists.drain_bytes_into(blocks, over);
-    account(unflushed, -static_cast<std::int64_t>(moved));
+    settle(unflushed, -static_cast<std::int64_t>(moved));
     over -= std::min(over, moved);
   };
   // Blocks no queued work touches first, then sealed ones (after `stream`
@@ -657,7 +667,6 @@ void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicte
       from_lists(entry->unsealed, entry->unflushed);
     }
   }
-  flush_own(stream);
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   note_returned(out, first);
 }
@@ -679,7 +688,7 @@ void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::ve
     out.reserve(out.size() + entry.unsealed.blocks());
     const std::size_t bytes = entry.unsealed.bytes();
     entry.unsealed.drain_into(blocks);
-    account(entry.unflushed, -static_cast<std::int64_t>(bytes));
+    settle(entry.unflushed, -static_cast<std::int64_t>(bytes));
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
 }
@@ -725,7 +734,7 @@ void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block
     const std::lock_guard lock(shard.mutex);
     const std::size_t bytes = shard.lists.bytes();
     shard.lists.drain_into(blocks);
-    account(shard.unflushed, -static_cast<std::int64_t>(bytes));
+    settle(shard.unflushed, -static_cast<std::int64_t>(bytes));
     shard.blocks.store(0, std::memory_order_relaxed);
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
@@ -747,7 +756,7 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   const auto give_all_back = [&]() noexcept {
     for (const taken_from& each : taken) {
       const std::lock_guard lock(each.entry->mutex);
-      account(each.entry->unflushed, put_back(*each.entry, each.blocks));
+      settle(each.entry->unflushed, put_back(*each.entry, each.blocks));
     }
   };
   try {
@@ -760,7 +769,7 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
         taken.back().blocks.reserve(entry->unsealed.blocks());  // so that drain_into cannot throw halfway
         const std::size_t bytes = entry->unsealed.bytes();
         entry->unsealed.drain_into(taken.back().blocks);
-        account(entry->unflushed, -static_cast<std::int64_t>(bytes));
+        settle(entry->unflushed, -static_cast<std::int64_t>(bytes));
         others_hold_blocks = others_hold_blocks || entry->key != draining;
       }
     }

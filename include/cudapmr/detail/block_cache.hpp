@@ -254,12 +254,11 @@ class block_cache {
   /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
   /// Adds the bytes `stream`'s frees have not yet added to the shared total:
-  /// before and after a trim, so that it is measured against the caller's
-  /// own blocks exactly (sealed ones leave the total at once; the stream's
-  /// lag, up to a flush, would stay).
+  /// before make_room measures it, so that it counts the caller's own blocks
+  /// exactly.
   void flush_own(stream_ref stream) noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
-  /// `stream`'s own; largest classes first. Flushes `stream`'s count.
+  /// `stream`'s own; largest classes first.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
   /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
   /// (its own): no block leaves the lists unless it reaches `out`.
@@ -281,6 +280,10 @@ class block_cache {
   /// Moves sealed blocks into `out`, largest classes first, to be freed on
   /// `stream` after it waits for their events, until `bytes` are gone.
   std::size_t evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
+  /// Adds a lock holder's `unflushed` count and `change` to the shared total
+  /// now: where blocks leave (or a trim is to be measured), so that no count
+  /// is left behind that the total lacks.
+  void settle(std::int64_t& unflushed, std::int64_t change) noexcept;
   /// Adds `change` bytes to a lock holder's `unflushed` count, and that to the
   /// shared total once it is large: threads rarely write one cache line.
   void account(std::int64_t& unflushed, std::int64_t change) noexcept;

@@ -191,20 +191,23 @@ std::size_t block_cache::share_now() const noexcept {
 }
 
 void block_cache::note_freeing(stream_entry& entry) noexcept {
-  // Every 64th free of a stream looks at the clock: a new window starts its count from nothing.
-  if (++entry.frees_seen % 64 == 0) {
-    const std::int64_t now = clock_ticks();
-    std::int64_t start = window_start_.load(std::memory_order_relaxed);
-    if (now - start >= freeing_window_ns &&
-        window_start_.compare_exchange_strong(start, now, std::memory_order_relaxed)) {
-      // The window as it is now, not as this thread saw it before the clock:
-      // the count is cleared before any thread sees the window that uses it.
-      const std::uint32_t next = window_.load(std::memory_order_relaxed) + 1;
-      freeing_streams_[next % 2].store(0, std::memory_order_relaxed);
-      window_.store(next, std::memory_order_release);
+  // A stream's first free in a window and every 64th look at the clock: a
+  // new window starts its count from nothing. One thread at a time starts it.
+  std::uint32_t window = window_.load(std::memory_order_acquire);
+  if ((entry.window != window || ++entry.frees_seen % 64 == 0) &&
+      clock_ticks() - window_start_.load(std::memory_order_relaxed) >= freeing_window_ns) {
+    std::unique_lock lock(window_mutex_, std::try_to_lock);
+    if (lock.owns_lock()) {
+      const std::int64_t now = clock_ticks();
+      if (now - window_start_.load(std::memory_order_relaxed) >= freeing_window_ns) {
+        window_start_.store(now, std::memory_order_relaxed);
+        const std::uint32_t next = window_.load(std::memory_order_relaxed) + 1;
+        freeing_streams_[next % 2].store(0, std::memory_order_relaxed);  // cleared before any thread counts in it
+        window_.store(next, std::memory_order_release);
+      }
+      window = window_.load(std::memory_order_acquire);
     }
   }
-  const std::uint32_t window = window_.load(std::memory_order_acquire);
   if (entry.window != window) {
     entry.window = window;
     freeing_streams_[window % 2].fetch_add(1, std::memory_order_relaxed);
@@ -513,8 +516,6 @@ block_cache::give_outcome block_cache::give_ready(std::size_t size_class, void* 
 }
 
 void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept {
-  std::int64_t bytes = 0;
-  for (const cached_block& block : blocks) bytes += static_cast<std::int64_t>(size_class_bytes(block.size_class));
   ordering_event event = ordering_.record(stream);
   sealed_event* sealed = nullptr;
   if (event != nullptr) {
@@ -544,11 +545,13 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
     seals_.fetch_add(1, std::memory_order_relaxed);
     blocks.erase(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(moved));
   }
-  // The sealed bytes moved from the stream's count to the shared total.
+  // The blocks not sealed go back to the stream; the stream's pending count
+  // joins the shared total, which trims read and which sealed blocks leave,
+  // less what could not be put back (lost to the cache, left with its upstream).
+  std::int64_t unsealed = 0;
+  for (const cached_block& block : blocks) unsealed += static_cast<std::int64_t>(size_class_bytes(block.size_class));
   const std::lock_guard lock(entry.mutex);
-  const std::int64_t returned = put_back(entry, blocks);
-  account(entry.unflushed, returned - bytes);
-  approximate_bytes_.fetch_add(bytes - returned, std::memory_order_relaxed);
+  settle(entry.unflushed, put_back(entry, blocks) - unsealed);
 }
 
 void block_cache::release_reference(sealed_event* event) noexcept {

@@ -147,8 +147,10 @@ class block_cache {
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
   void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
-  /// After a free on `stream`: moves into `out` what the cache holds beyond
-  /// what is live, and a little more, as make_room does. So the cache shrinks
+  /// After a free on `stream` that `give` or `give_ready` called over the
+  /// line (they add its pending bytes to the total first): moves into `out`
+  /// what the cache holds beyond what is live, and a little more, as
+  /// make_room does. So the cache shrinks
   /// as the program's memory does, and what an idle program keeps is small.
   void trim_to_live(stream_ref stream, std::vector<evicted_block>& out);
   /// Everything that can leave without a device synchronization, to be freed
@@ -328,6 +330,7 @@ class block_cache {
   // stream's first free of a window.
   std::atomic<std::uint32_t> window_{0};
   std::atomic<std::int64_t> window_start_;  // steady-clock ns
+  std::mutex window_mutex_;  // held by the one thread that starts a window
   std::array<std::atomic<std::size_t>, 2> freeing_streams_{};
   std::atomic<std::uint64_t> sealed_hits_{0};  // hits from the sealed lists (others: in their entry or shard)
   std::atomic<std::uint64_t> misses_{0};

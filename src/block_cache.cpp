@@ -4,12 +4,12 @@
 #include "cudapmr/detail/thread_ordinal.hpp"
 
 #include <algorithm>
-#include <utility>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string_view>
+#include <utility>
 
 namespace cudapmr::detail {
 
@@ -194,7 +194,7 @@ void block_cache::note_freeing(stream_entry& entry) noexcept {
   // A stream's first free in a window and every 64th look at the clock: a
   // new window starts its count from nothing. One thread at a time starts it.
   std::uint32_t window = window_.load(std::memory_order_acquire);
-  if ((entry.window != window || ++entry.frees_seen % 64 == 0) &&
+  if ((entry.window != window || entry.frees % 64 == 0) &&
       clock_ticks() - window_start_.load(std::memory_order_relaxed) >= freeing_window_ns) {
     std::unique_lock lock(window_mutex_, std::try_to_lock);
     if (lock.owns_lock()) {
@@ -490,7 +490,7 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
     // event at every free from then on.
     if (wanted && unanswered_seals_.fetch_add(1, std::memory_order_relaxed) + 1 >= unanswered_seals_limit)
       wanting_.compare_exchange_strong(wanting, nullptr, std::memory_order_relaxed);
-    if (entry->frees < young_stream_frees) ++entry->frees;
+    ++entry->frees;
     if (seal) {
       try {
         entry->unsealed.drain_into(to_seal);
@@ -626,15 +626,12 @@ std::size_t block_cache::excess(std::size_t incoming) const noexcept {
   return cached > allowed ? static_cast<std::size_t>(cached - allowed) : 0;
 }
 
-void block_cache::flush_own(stream_ref stream) noexcept {
+void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
+  // The total counts the caller's own pending bytes before it is measured.
   if (stream_entry* entry = entry_of(stream)) {
     const std::lock_guard lock(entry->mutex);
     settle(entry->unflushed, 0);
   }
-}
-
-void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
-  flush_own(stream);
   if (const std::size_t over = excess(size_class_bytes(size_class)); over != 0) evict(stream, over, out);
 }
 

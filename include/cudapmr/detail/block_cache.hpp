@@ -207,11 +207,10 @@ class block_cache {
     const stream_key key;
     mutable std::mutex mutex;
     free_lists unsealed;   // freed here, no event yet: only this stream may reuse them
-    std::uint32_t frees = 0;  // a new stream seals its first frees
+    std::uint64_t frees = 0;  // a new stream seals its first frees; every 64th looks at the clock (note_freeing)
     std::int64_t unflushed = 0;  // bytes not yet added to the cache's total
     std::uint64_t hits = 0;  // own blocks taken again: counted under the lock, on no shared cache line
     std::uint32_t window = std::numeric_limits<std::uint32_t>::max();  // the freeing window it last freed in
-    std::uint32_t frees_seen = 0;  // every 64th looks at the clock (note_freeing)
     std::atomic<std::size_t> sealed{0};  // its blocks in sealed_: written under sealed_mutex_; evict_own skips or ends its scan by it
   };
   struct sealed_event {
@@ -255,10 +254,6 @@ class block_cache {
   /// than is live with them, or an eighth over what was lately (the floor at least),
   /// within the budget.
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
-  /// Adds the bytes `stream`'s frees have not yet added to the shared total:
-  /// before make_room measures it, so that it counts the caller's own blocks
-  /// exactly.
-  void flush_own(stream_ref stream) noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);

@@ -84,6 +84,7 @@ bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
 
 void free_lists::drain_into(std::vector<cached_block>& out) {
   if (blocks_ == 0) return;
+  out.reserve(out.size() + blocks_);  // room first: no block leaves unless it reaches `out`
   for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class) {
     for (void* pointer : lists_[size_class]) out.push_back({pointer, size_class});
     lists_[size_class].clear();
@@ -92,24 +93,40 @@ void free_lists::drain_into(std::vector<cached_block>& out) {
   blocks_ = 0;
 }
 
-std::size_t free_lists::drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes) {
+std::size_t free_lists::drain_bytes_into(std::vector<evicted_block>& out, std::size_t bytes,
+                                         stream_ref stream) noexcept {
   std::size_t moved = 0;
-  for (std::size_t size_class = lists_.size(); size_class-- > 0 && moved < bytes && blocks_ != 0;) {
-    std::vector<void*>& list = lists_[size_class];
-    while (!list.empty() && moved < bytes) {
-      out.push_back({list.back(), size_class});
-      list.pop_back();
-      moved += size_class_bytes(size_class);
-      --blocks_;
+  try {
+    for (std::size_t size_class = lists_.size(); size_class-- > 0 && moved < bytes && blocks_ != 0;) {
+      std::vector<void*>& list = lists_[size_class];
+      while (!list.empty() && moved < bytes) {
+        out.push_back({list.back(), size_class, stream});  // first: a block leaves only once it is in `out`
+        list.pop_back();
+        moved += size_class_bytes(size_class);
+        bytes_ -= size_class_bytes(size_class);
+        --blocks_;
+      }
     }
+  } catch (...) {  // no memory for `out`: the rest stay
   }
-  bytes_ -= moved;
   return moved;
 }
 
 // ---- block_cache ----------------------------------------------------------------
 
 namespace {
+
+/// Room in `list` for `more` elements, or false where the host has no memory
+/// for it: an eviction moves a block only where it has room to put it.
+template <typename Element>
+bool has_room(std::vector<Element>& list, std::size_t more) noexcept {
+  try {
+    list.reserve(list.size() + more);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 /// The entry this thread used last, and whose it was.
 struct entry_memo {
@@ -562,20 +579,31 @@ void block_cache::release_reference(sealed_event* event) noexcept {
 
 // ---- giving back upstream -------------------------------------------------------------
 
-std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) {
+std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept {
   std::vector<sealed_block> chosen;
   std::size_t moved = 0;
   {
     const std::lock_guard lock(sealed_mutex_);
-    for (std::size_t size_class = size_class_count; size_class-- > 0 && moved < bytes;) {
-      std::vector<sealed_block>& list = sealed_[size_class];
-      for (std::size_t index = list.size(); index-- > 0 && moved < bytes;) {
-        chosen.push_back(list[index]);
-        list[index].origin->sealed.fetch_sub(1, std::memory_order_relaxed);
-        list[index] = list.back();
-        list.pop_back();
-        moved += size_class_bytes(size_class);
+    try {
+      for (std::size_t size_class = size_class_count; size_class-- > 0 && moved < bytes;) {
+        std::vector<sealed_block>& list = sealed_[size_class];
+        for (std::size_t index = list.size(); index-- > 0 && moved < bytes;) {
+          chosen.push_back(list[index]);  // first: a block leaves its list only once it is chosen
+          list[index].origin->sealed.fetch_sub(1, std::memory_order_relaxed);
+          list[index] = list.back();
+          list.pop_back();
+          moved += size_class_bytes(size_class);
+        }
       }
+    } catch (...) {  // no memory for the choice: the rest stay sealed
+    }
+    if (!has_room(out, chosen.size())) {
+      // They stay sealed: their lists just gave up the room they need.
+      for (const sealed_block& block : chosen) {
+        sealed_[block.size_class].push_back(block);
+        block.origin->sealed.fetch_add(1, std::memory_order_relaxed);
+      }
+      return 0;
     }
     sealed_blocks_.fetch_sub(chosen.size(), std::memory_order_relaxed);
     approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
@@ -626,7 +654,7 @@ std::size_t block_cache::excess(std::size_t incoming) const noexcept {
   return cached > allowed ? static_cast<std::size_t>(cached - allowed) : 0;
 }
 
-void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) {
+void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) noexcept {
   // The total counts the caller's own pending bytes before it is measured.
   if (stream_entry* entry = entry_of(stream)) {
     const std::lock_guard lock(entry->mutex);
@@ -635,18 +663,17 @@ void block_cache::make_room(stream_ref stream, std::size_t size_class, std::vect
   if (const std::size_t over = excess(size_class_bytes(size_class)); over != 0) evict(stream, over, out);
 }
 
-void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) {
+void block_cache::trim_to_live(stream_ref stream, std::vector<evicted_block>& out) noexcept {
   // The free that asks for it added its own pending bytes to the total (give, give_ready).
   // A little below the line, so that frees at the line do not trim each time.
   if (const std::size_t over = excess(0); over != 0) evict(stream, over + static_cast<std::size_t>(floor_bytes_) / 8, out);
 }
 
-void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) {
+void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept {
   std::size_t over = bytes;
   const std::size_t first = out.size();
-  std::vector<cached_block> blocks;
-  const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed) {
-    const std::size_t moved = lists.drain_bytes_into(blocks, over);
+  const auto from_lists = [&](free_lists& lists, std::int64_t& unflushed) noexcept {
+    const std::size_t moved = lists.drain_bytes_into(out, over, stream);
     settle(unflushed, -static_cast<std::int64_t>(moved));
     over -= std::min(over, moved);
   };
@@ -667,7 +694,6 @@ void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicte
       from_lists(entry->unsealed, entry->unflushed);
     }
   }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   note_returned(out, first);
 }
 
@@ -678,14 +704,13 @@ void block_cache::note_returned(const std::vector<evicted_block>& out, std::size
   held_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) {
+void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept {
   std::vector<cached_block> blocks;
   {
     const std::lock_guard lock(entry.mutex);
     if (entry.unsealed.blocks() == 0) return;
     // Room first, so that no block leaves the lists unless it reaches `out`.
-    blocks.reserve(entry.unsealed.blocks());
-    out.reserve(out.size() + entry.unsealed.blocks());
+    if (!has_room(blocks, entry.unsealed.blocks()) || !has_room(out, entry.unsealed.blocks())) return;
     const std::size_t bytes = entry.unsealed.bytes();
     entry.unsealed.drain_into(blocks);
     settle(entry.unflushed, -static_cast<std::int64_t>(bytes));
@@ -693,7 +718,7 @@ void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::ve
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
 }
 
-void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) {
+void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) noexcept {
   stream_entry* entry = entry_of(stream);
   if (entry == nullptr) return;
   const std::size_t first = out.size();
@@ -702,7 +727,7 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
   // Blocks the stream sealed itself: its own order puts a free on it after the seal, with no wait.
   const std::size_t sealed_now = entry->sealed.load(std::memory_order_relaxed);
   if (sealed_now == 0) return;
-  out.reserve(out.size() + sealed_now);  // outside the shared lock; may throw: nothing moved yet
+  if (!has_room(out, sealed_now)) return;  // outside the shared lock; they stay sealed
   const std::lock_guard lock(sealed_mutex_);
   // Sealed since: what does not fit stays for a later hand-back.
   const std::size_t own = std::min(entry->sealed.load(std::memory_order_relaxed), out.capacity() - out.size());
@@ -726,18 +751,20 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
   if (taken != 0) note_returned(out, sealed_first);
 }
 
-void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) {
+void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept {
   const std::size_t first = out.size();
   if (stream_entry* entry = entry_of(stream)) evict_unsealed(*entry, stream, out);
   std::vector<cached_block> blocks;
   for (ready_shard& shard : ready_) {
     const std::lock_guard lock(shard.mutex);
+    blocks.clear();
+    if (!has_room(blocks, shard.lists.blocks()) || !has_room(out, shard.lists.blocks())) continue;  // these stay
     const std::size_t bytes = shard.lists.bytes();
     shard.lists.drain_into(blocks);
     settle(shard.unflushed, -static_cast<std::int64_t>(bytes));
     shard.blocks.store(0, std::memory_order_relaxed);
+    for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   evict_sealed(stream, std::numeric_limits<std::size_t>::max(), out);
   note_returned(out, first);
 }
@@ -773,6 +800,9 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
         others_hold_blocks = others_hold_blocks || entry->key != draining;
       }
     }
+    std::size_t count = 0;
+    for (const taken_from& each : taken) count += each.blocks.size();
+    out.reserve(out.size() + count);  // room first: every block taken reaches `out`
     // Blocks freed on other streams, which may be gone: wait for everything, once.
     if (others_hold_blocks) ordering_.synchronize_all_devices();
   } catch (...) {

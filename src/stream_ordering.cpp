@@ -9,8 +9,10 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <iterator>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace cudapmr::detail {
@@ -128,17 +130,21 @@ class host_ordering final : public stream_ordering {
   void synchronize_all_devices() override {}
 };
 
+/// One `Ordering` for the process, never destroyed (caches destroyed at exit
+/// still use it) and made in static storage: a first use when the heap is
+/// exhausted still finds it, as these functions promise never to throw.
+template <typename Ordering>
+stream_ordering& process_ordering() noexcept {
+  alignas(Ordering) static std::byte storage[sizeof(Ordering)];
+  static Ordering* const ordering = ::new (static_cast<void*>(storage)) Ordering();
+  return *ordering;
+}
+
 }  // namespace
 
-stream_ordering& cuda_stream_ordering() noexcept {
-  static auto* ordering = new cuda_ordering();  // never destroyed: caches destroyed at exit still use it
-  return *ordering;
-}
+stream_ordering& cuda_stream_ordering() noexcept { return process_ordering<cuda_ordering>(); }
 
-stream_ordering& host_stream_ordering() noexcept {
-  static auto* ordering = new host_ordering();
-  return *ordering;
-}
+stream_ordering& host_stream_ordering() noexcept { return process_ordering<host_ordering>(); }
 
 stream_ordering& stream_ordering_for(memory_kind kind) noexcept {
   return kind == memory_kind::pageable ? host_stream_ordering() : cuda_stream_ordering();

@@ -205,13 +205,11 @@ void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size
   if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(stream);
 }
 
-void caching_resource::evict_and_free(void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&),
-                                      stream_ref stream) noexcept {
+void caching_resource::evict_and_free(
+    void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&) noexcept,
+    stream_ref stream) noexcept {
   std::vector<detail::evicted_block> evicted;
-  try {
-    (cache_.*evict)(stream, evicted);
-  } catch (...) {  // no memory for the list: what was moved into it still leaves
-  }
+  (cache_.*evict)(stream, evicted);  // without memory for the list, the blocks stay cached
   free_upstream(evicted);
 }
 

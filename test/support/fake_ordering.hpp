@@ -30,7 +30,11 @@ class fake_ordering final : public detail::stream_ordering {
   };
   detail::ordering_event record(stream_ref stream) noexcept override {
     if (captured.contains(stream.get())) return nullptr;
-    events.push_back(std::make_unique<event>(event{stream.get()}));
+    try {
+      events.push_back(std::make_unique<event>(event{stream.get()}));
+    } catch (...) {  // no memory for it: as CUDA's record failing
+      return nullptr;
+    }
     return events.back().get();
   }
   bool has_completed(detail::ordering_event e) noexcept override {

@@ -215,9 +215,8 @@ class caching_resource final : public resource_adaptor {
   /// Before a request too large to cache (`hand_back_before_large`): frees
   /// upstream, on `stream`, the blocks it freed that need no wait.
   void hand_back_own(stream_ref stream) noexcept;
-  /// Runs `evict` for `stream` and frees upstream, on the streams it names,
-  /// what it listed, also when listing ran out of memory half-way.
-  void evict_and_free(void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&),
+  /// Runs `evict` for `stream` and frees upstream, on the streams it names, what it listed.
+  void evict_and_free(void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&) noexcept,
                       stream_ref stream) noexcept;
 
   caching_options options_;

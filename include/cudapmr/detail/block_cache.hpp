@@ -52,10 +52,13 @@ class free_lists {
   [[nodiscard]] void* pop(std::size_t size_class) noexcept;
   /// False when the block could not be kept (no memory for the list).
   [[nodiscard]] bool push(std::size_t size_class, void* pointer) noexcept;
-  /// Moves every block into `out` and empties the lists.
+  /// Moves every block into `out` and empties the lists. \throws
+  /// std::bad_alloc before it moves any, where `out` lacks room and the host memory for it.
   void drain_into(std::vector<cached_block>& out);
-  /// Moves blocks into `out`, largest classes first, until `bytes` are gone; returns the bytes moved.
-  std::size_t drain_bytes_into(std::vector<cached_block>& out, std::size_t bytes);
+  /// Moves blocks into `out`, to be freed on `stream`, largest classes first,
+  /// until `bytes` are gone; returns the bytes moved. Where the host has no
+  /// memory for `out`, it stops: the rest stay.
+  std::size_t drain_bytes_into(std::vector<evicted_block>& out, std::size_t bytes, stream_ref stream) noexcept;
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
   [[nodiscard]] std::size_t blocks() const noexcept { return blocks_; }
 
@@ -146,24 +149,29 @@ class block_cache {
   /// would pass its budget, blocks that no work touches, then sealed ones,
   /// then the stream's own; largest classes first. Each is to be freed
   /// upstream on its `stream`.
-  void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out);
+  ///
+  /// This and the other evictions but `drain` never throw: where the host
+  /// has no memory for `out`, blocks stay cached instead (a block leaves the
+  /// cache only for `out`), so an eviction may move less than asked.
+  void make_room(stream_ref stream, std::size_t size_class, std::vector<evicted_block>& out) noexcept;
   /// After a free on `stream` that `give` or `give_ready` called over the
   /// line (they add its pending bytes to the total first): moves into `out`
   /// what the cache holds beyond what is live, and a little more, as
   /// make_room does. So the cache shrinks
   /// as the program's memory does, and what an idle program keeps is small.
-  void trim_to_live(stream_ref stream, std::vector<evicted_block>& out);
+  void trim_to_live(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// Everything that can leave without a device synchronization, to be freed
   /// on `stream` (upstream exhaustion, before a retry).
-  void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out);
+  void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// The blocks freed on `stream` that it may take with no wait: unsealed,
   /// or sealed by it (other streams may take those too, once their event
   /// completes). To be freed on `stream`: its own order puts the free after
   /// its earlier ones.
-  void evict_own(stream_ref stream, std::vector<evicted_block>& out);
+  void evict_own(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// Everything, to be freed on `stream`. Synchronizes every device, after
   /// taking the blocks, when blocks of other streams are among them.
-  /// \throws cuda_error if that fails; the blocks then stay cached.
+  /// \throws cuda_error if that fails, std::bad_alloc where the host has no
+  /// memory for the lists; the blocks then stay cached.
   void drain(stream_ref stream, std::vector<evicted_block>& out);
 
   /// Bytes and blocks held, counted under the locks.
@@ -256,10 +264,10 @@ class block_cache {
   [[nodiscard]] std::size_t excess(std::size_t incoming) const noexcept;
   /// Moves about `bytes` into `out`: ready blocks, then sealed ones, then
   /// `stream`'s own; largest classes first.
-  void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
+  void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
   /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
   /// (its own): no block leaves the lists unless it reaches `out`.
-  void evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out);
+  void evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// A block of the smallest class in [first, last] found: `entry`'s own
   /// (withdrawing its request for sealed blocks), then a ready one, then a
   /// sealed one that `stream` is made to wait for; {null, first} if none.
@@ -276,7 +284,7 @@ class block_cache {
   void release_reference(sealed_event* event) noexcept;
   /// Moves sealed blocks into `out`, largest classes first, to be freed on
   /// `stream` after it waits for their events, until `bytes` are gone.
-  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out);
+  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
   /// Adds a lock holder's `unflushed` count and `change` to the shared total
   /// now: where blocks leave (or a trim is to be measured), so that no count
   /// is left behind that the total lacks.

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// When the host runs out of memory in the middle of a cache's eviction, every
+// block still either stays cached or goes back upstream: none is lost. A
+// program of its own, because it replaces the global operator new (which
+// fails on demand, on the test's thread only), and on the host alone: the
+// host resource with made-up streams and a stand-in for CUDA's events. Each
+// case replays one operation with the first, second, ... allocation inside
+// it failing (and every one after it), until the operation makes no
+// allocation that fails.
+#include "support/fake_ordering.hpp"
+
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/host_memory_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// -1: allocations succeed. n >= 0: n more succeed, then every one fails.
+thread_local long allocations_before_failure = -1;
+thread_local long failed_allocations = 0;
+
+bool fail_this_allocation() noexcept {
+  if (allocations_before_failure < 0) return false;
+  if (allocations_before_failure == 0) {
+    ++failed_allocations;
+    return true;
+  }
+  --allocations_before_failure;
+  return false;
+}
+
+void* allocate_or_null(std::size_t bytes, std::size_t alignment) noexcept {
+  if (fail_this_allocation()) return nullptr;
+  if (bytes == 0) bytes = 1;
+  if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
+  return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+}
+
+void* allocate_or_throw(std::size_t bytes, std::size_t alignment) {
+  if (void* p = allocate_or_null(bytes, alignment)) return p;
+  throw std::bad_alloc();
+}
+
+}  // namespace
+
+void* operator new(std::size_t bytes) { return allocate_or_throw(bytes, 0); }
+void* operator new(std::size_t bytes, std::align_val_t alignment) {
+  return allocate_or_throw(bytes, static_cast<std::size_t>(alignment));
+}
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept { return allocate_or_null(bytes, 0); }
+void* operator new(std::size_t bytes, std::align_val_t alignment, const std::nothrow_t&) noexcept {
+  return allocate_or_null(bytes, static_cast<std::size_t>(alignment));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+
+namespace cudapmr::test {
+namespace {
+
+/// A cache over the host resource holding blocks of many classes, freed on
+/// three streams: some kept by their stream, some offered to all with
+/// events not yet complete; and blocks still live.
+struct cache_under_test {
+  fake_ordering ordering;
+  host_memory_resource upstream;
+  std::unique_ptr<caching_resource> cache;
+  struct block {
+    void* pointer;
+    std::size_t bytes;
+    stream_ref stream;
+  };
+  std::vector<block> live;
+
+  explicit cache_under_test(caching_options options) {
+    // The stand-in's own lists grow inside noexcept calls: room first.
+    ordering.events.reserve(4096);
+    ordering.waits.reserve(4096);
+    options.max_cached_block = std::size_t{1} << 20;
+    options.stream_share = std::size_t{256} << 10;
+    options.hand_back_before_large = true;
+    cache = std::make_unique<caching_resource>(upstream, options, ordering);
+    for (std::size_t i = 0; i < 96; ++i) allocate((std::size_t{16} << 10) * (1 + i % 24), fake_stream(1 + i % 3));
+    // Freed on another stream than they were used on, a third of them: the
+    // frees past a stream's share are sealed with events that stay pending.
+    for (std::size_t i = 0; i < 64; ++i) {
+      const block freed = live.back();
+      live.pop_back();
+      cache->deallocate_async(freed.pointer, freed.bytes, i % 3 == 0 ? fake_stream(1 + (i + 1) % 3) : freed.stream);
+    }
+  }
+
+  void allocate(std::size_t bytes, stream_ref stream) {
+    void* p = cache->allocate_async(bytes, stream);
+    live.push_back({p, bytes, stream});
+  }
+
+  void free_live() {
+    while (!live.empty()) {
+      cache->deallocate_async(live.back().pointer, live.back().bytes, live.back().stream);
+      live.pop_back();
+    }
+  }
+
+  [[nodiscard]] std::size_t cached_bytes() const { return cache->statistics().cached_bytes; }
+};
+
+/// Where a trim follows what is live: at most as much as is live.
+caching_options following_what_is_live() {
+  return {.max_cached_bytes = std::size_t{64} << 20, .max_cached_per_live = 1.0};
+}
+/// Where what was lately live keeps the cache at its budget: a miss makes room.
+caching_options at_its_budget() { return {.max_cached_bytes = std::size_t{4} << 20}; }
+
+/// Runs `operation` on a fresh cache with the n-th allocation on this thread
+/// failing, for n = 0, 1, ...; then, with memory back, frees what is live and
+/// releases the cache: the upstream must hold nothing. Stops at the first n
+/// whose operation made no allocation that failed; that run must have given
+/// something back (`measure` fell), or the case shows nothing.
+void never_loses_a_block(const std::string& what, const caching_options& options,
+                         const std::function<void(cache_under_test&)>& operation,
+                         const std::function<std::size_t(const cache_under_test&)>& measure) {
+  for (long n = 0;; ++n) {
+    SCOPED_TRACE(what + ", allocation " + std::to_string(n) + " failing");
+    cache_under_test scene(options);
+    const std::size_t before = measure(scene);
+    failed_allocations = 0;
+    allocations_before_failure = n;
+    try {
+      operation(scene);
+    } catch (const std::bad_alloc&) {  // an operation may refuse for want of memory: nothing may go missing
+    }
+    allocations_before_failure = -1;
+    const long failures = failed_allocations;
+    const std::size_t after = measure(scene);
+    scene.free_live();
+    scene.ordering.complete_all();
+    scene.cache->release();
+    ASSERT_EQ(scene.cached_bytes(), 0u);
+    ASSERT_EQ(scene.upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+    if (failures == 0) {
+      EXPECT_LT(after, before) << "the operation gave nothing back: the case shows nothing";
+      return;
+    }
+    ASSERT_LT(n, 10'000) << "the operation kept allocating";
+  }
+}
+
+std::size_t upstream_bytes(const cache_under_test& scene) { return scene.upstream.used_bytes(); }
+std::size_t cached_bytes(const cache_under_test& scene) { return scene.cached_bytes(); }
+
+TEST(AllocationFailure, FreesThatTrimTheCacheToWhatIsLiveLoseNoBlock) {
+  never_loses_a_block("frees over the line", following_what_is_live(),
+                      [](cache_under_test& scene) { scene.free_live(); }, upstream_bytes);
+}
+
+TEST(AllocationFailure, AMissThatMakesRoomLosesNoBlock) {
+  never_loses_a_block("a miss at the budget", at_its_budget(),
+                      [](cache_under_test& scene) { scene.allocate(std::size_t{1} << 20, fake_stream(2)); },
+                      cached_bytes);
+}
+
+TEST(AllocationFailure, ALargeRequestThatHandsBackItsStreamsBlocksLosesNoBlock) {
+  never_loses_a_block("a request past the cached sizes", at_its_budget(),
+                      [](cache_under_test& scene) { scene.allocate(std::size_t{2} << 20, fake_stream(1)); },
+                      cached_bytes);
+}
+
+TEST(AllocationFailure, ATrimLosesNoBlock) {
+  never_loses_a_block("trim", at_its_budget(), [](cache_under_test& scene) { scene.cache->trim(fake_stream(1)); },
+                      cached_bytes);
+}
+
+TEST(AllocationFailure, AReleaseWithoutWaitingLosesNoBlock) {
+  never_loses_a_block("release without waiting", at_its_budget(),
+                      [](cache_under_test& scene) { scene.cache->release_without_waiting(); }, cached_bytes);
+}
+
+TEST(AllocationFailure, AReleaseLosesNoBlock) {
+  never_loses_a_block("release", at_its_budget(), [](cache_under_test& scene) { scene.cache->release(); },
+                      cached_bytes);
+}
+
+}  // namespace
+}  // namespace cudapmr::test

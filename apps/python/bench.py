@@ -10,6 +10,7 @@ allocator's own count of what it reserved), each in a fresh process. A peer
 that is missing or cannot run is left out with a note.
 
     python3 apps/python/bench.py [--pairs N] [--repeats R] [--steps N] [--rounds R] [--skip-training]
+                                 [--allocators torch,torch-expandable,cudapmr-stack,...] [--skip-mixed]
 """
 
 import argparse
@@ -231,8 +232,29 @@ print(json.dumps({"median_ms": times[len(times) // 2] * 1e3, "device_peak": devi
 """
 
 
-def training_table(steps, rounds):
-    """Prints the training loop's table; False where a run failed."""
+TRAINING_ALLOCATORS = {
+    "torch": "PyTorch caching allocator",
+    "torch-expandable": "PyTorch caching allocator, expandable_segments:True",
+    "cudapmr-stack": "cudapmr default_device_stack (current allocator)",
+    "cudapmr-stack-mempool": "cudapmr default_device_stack under a MemPool",
+    "cudapmr-cache": "cudapmr CachingResource over DeviceMemoryResource (current allocator)",
+    "cudapmr-coalescing": "cudapmr CoalescingResource over DeviceMallocResource (current allocator)",
+}
+
+
+def allocator_list(text):
+    """--allocators: names of TRAINING_ALLOCATORS, comma-separated."""
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in TRAINING_ALLOCATORS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {'unknown ' + ', '.join(unknown) if unknown else 'none named'}; "
+            f"choose from {', '.join(TRAINING_ALLOCATORS)}")
+    return chosen
+
+
+def training_table(steps, rounds, modes=tuple(TRAINING_ALLOCATORS)):
+    """Prints the training loop's table for `modes`; False where a run failed."""
     try:
         import torch  # noqa: F401
     except ImportError as missing:
@@ -245,12 +267,7 @@ def training_table(steps, rounds):
     print("once CUDA was initialized. Peak reserved is each allocator's own count of what it took from CUDA.\n")
     print("| allocator | median step (ms) | peak device memory (MiB) | peak reserved (MiB) | reserved as counted by |")
     print("|---|---:|---:|---:|---|")
-    names = {"torch": "PyTorch caching allocator",
-             "torch-expandable": "PyTorch caching allocator, expandable_segments:True",
-             "cudapmr-stack": "cudapmr default_device_stack (current allocator)",
-             "cudapmr-stack-mempool": "cudapmr default_device_stack under a MemPool",
-             "cudapmr-cache": "cudapmr CachingResource over DeviceMemoryResource (current allocator)",
-             "cudapmr-coalescing": "cudapmr CoalescingResource over DeviceMallocResource (current allocator)"}
+    names = {mode: TRAINING_ALLOCATORS[mode] for mode in modes}
     # Fresh processes, alternating the allocators round by round; medians of the rounds.
     runs = {mode: [] for mode in names}
     failed = False
@@ -367,6 +384,9 @@ def main():
     parser.add_argument("--steps", type=int, default=500, help="training steps timed per run (default 500)")
     parser.add_argument("--rounds", type=int, default=3, help="training runs per allocator (default 3)")
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--allocators", type=allocator_list, default=list(TRAINING_ALLOCATORS),
+                        help=f"the training loop's allocators, comma-separated (default all: "
+                             f"{','.join(TRAINING_ALLOCATORS)})")
     parser.add_argument("--skip-mixed", action="store_true", help="leave out the mixed CuPy + PyTorch workload")
     arguments = parser.parse_args()
     if cudapmr.device_count() == 0:
@@ -374,7 +394,7 @@ def main():
         return 2
     print(f"Device: {cudapmr.device_name(0)}; cudapmr {cudapmr.__version__}; Python {sys.version.split()[0]}")
     allocation_table(arguments.pairs, arguments.repeats)
-    if not arguments.skip_training and not training_table(arguments.steps, arguments.rounds):
+    if not arguments.skip_training and not training_table(arguments.steps, arguments.rounds, arguments.allocators):
         return 1  # the tables are printed; a training run that failed fails the benchmark
     if not arguments.skip_mixed and not mixed_frameworks_table(arguments.rounds):
         return 1

@@ -6,7 +6,8 @@
 # into a venv that still sees the system's numpy, cupy, torch and cuda.core,
 # builds and installs cudapmr, then runs pytest, the sample (compared line by
 # line with apps/memory_resources/expected_output.txt, where `*` matches
-# anything) and the benchmark. Logs go to $OUT; a summary is printed.
+# anything) and the benchmark (with the options in CUDAPMR_BENCH_ARGUMENTS, if
+# set). Logs go to $OUT; a summary is printed.
 set -uo pipefail
 wheels=${1:?usage: OUT=dir test/python/gpu_check.sh WHEELS_DIR}
 out=${OUT:?set OUT to a folder for the logs}
@@ -80,7 +81,9 @@ else
   verdict FAILED "memory_resources.py: exit $sample_rc ${mismatch} $(tail -1 "$out/memory_resources.err")"
 fi
 
-"$python" apps/python/bench.py >"$out/bench.md" 2>"$out/bench.err"
+# CUDAPMR_BENCH_ARGUMENTS: bench.py's options where a call has less time (e.g. "--skip-mixed --steps 300").
+read -r -a bench_arguments <<<"${CUDAPMR_BENCH_ARGUMENTS:-}"
+"$python" apps/python/bench.py "${bench_arguments[@]}" >"$out/bench.md" 2>"$out/bench.err"
 bench_rc=$?
 verdict "$([[ $bench_rc == 0 ]] && echo ok || echo FAILED)" "bench.py (bench.md)"
 

@@ -579,9 +579,11 @@ void block_cache::release_reference(sealed_event* event) noexcept {
 
 // ---- giving back upstream -------------------------------------------------------------
 
-std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept {
+block_cache::eviction block_cache::evict_sealed(stream_ref stream, std::size_t bytes,
+                                                std::vector<evicted_block>& out) noexcept {
   std::vector<sealed_block> chosen;
   std::size_t moved = 0;
+  bool complete = true;
   {
     const std::lock_guard lock(sealed_mutex_);
     try {
@@ -596,6 +598,7 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
         }
       }
     } catch (...) {  // no memory for the choice: the rest stay sealed
+      complete = false;
     }
     if (!has_room(out, chosen.size())) {
       // They stay sealed: their lists just gave up the room they need.
@@ -603,7 +606,7 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
         sealed_[block.size_class].push_back(block);
         block.origin->sealed.fetch_add(1, std::memory_order_relaxed);
       }
-      return 0;
+      return {0, false};
     }
     sealed_blocks_.fetch_sub(chosen.size(), std::memory_order_relaxed);
     approximate_bytes_.fetch_sub(static_cast<std::int64_t>(moved), std::memory_order_relaxed);
@@ -626,7 +629,7 @@ std::size_t block_cache::evict_sealed(stream_ref stream, std::size_t bytes, std:
   }
   const std::lock_guard lock(sealed_mutex_);
   for (const sealed_block& block : chosen) release_reference(block.event);
-  return moved;
+  return {moved, complete};
 }
 
 
@@ -687,7 +690,7 @@ void block_cache::evict(stream_ref stream, std::size_t bytes, std::vector<evicte
     shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
   }
   if (over != 0 && sealed_blocks_.load(std::memory_order_relaxed) != 0)
-    over -= std::min(over, evict_sealed(stream, over, out));
+    over -= std::min(over, evict_sealed(stream, over, out).bytes);
   if (over != 0) {
     if (stream_entry* entry = entry_of(stream)) {
       const std::lock_guard lock(entry->mutex);
@@ -704,18 +707,19 @@ void block_cache::note_returned(const std::vector<evicted_block>& out, std::size
   held_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-void block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept {
+bool block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept {
   std::vector<cached_block> blocks;
   {
     const std::lock_guard lock(entry.mutex);
-    if (entry.unsealed.blocks() == 0) return;
+    if (entry.unsealed.blocks() == 0) return true;
     // Room first, so that no block leaves the lists unless it reaches `out`.
-    if (!has_room(blocks, entry.unsealed.blocks()) || !has_room(out, entry.unsealed.blocks())) return;
+    if (!has_room(blocks, entry.unsealed.blocks()) || !has_room(out, entry.unsealed.blocks())) return false;
     const std::size_t bytes = entry.unsealed.bytes();
     entry.unsealed.drain_into(blocks);
     settle(entry.unflushed, -static_cast<std::int64_t>(bytes));
   }
   for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+  return true;
 }
 
 void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) noexcept {
@@ -751,25 +755,30 @@ void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) 
   if (taken != 0) note_returned(out, sealed_first);
 }
 
-void block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept {
+bool block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept {
   const std::size_t first = out.size();
-  if (stream_entry* entry = entry_of(stream)) evict_unsealed(*entry, stream, out);
+  bool complete = true;
+  if (stream_entry* entry = entry_of(stream)) complete = evict_unsealed(*entry, stream, out);
   std::vector<cached_block> blocks;
   for (ready_shard& shard : ready_) {
     const std::lock_guard lock(shard.mutex);
     blocks.clear();
-    if (!has_room(blocks, shard.lists.blocks()) || !has_room(out, shard.lists.blocks())) continue;  // these stay
+    if (!has_room(blocks, shard.lists.blocks()) || !has_room(out, shard.lists.blocks())) {
+      complete = false;  // these stay
+      continue;
+    }
     const std::size_t bytes = shard.lists.bytes();
     shard.lists.drain_into(blocks);
     settle(shard.unflushed, -static_cast<std::int64_t>(bytes));
     shard.blocks.store(0, std::memory_order_relaxed);
     for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
   }
-  evict_sealed(stream, std::numeric_limits<std::size_t>::max(), out);
+  complete = evict_sealed(stream, std::numeric_limits<std::size_t>::max(), out).complete && complete;
   note_returned(out, first);
+  return complete;
 }
 
-void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
+bool block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   // The blocks are taken before the wait, so the wait covers every one of
   // them: a block another thread frees meanwhile stays for a later drain.
   struct taken_from {
@@ -813,7 +822,7 @@ void block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   for (const taken_from& each : taken)
     for (const cached_block& block : each.blocks) out.push_back({block.pointer, block.size_class, stream});
   note_returned(out, first);
-  evict_all_ordered(stream, out);
+  return evict_all_ordered(stream, out);
 }
 
 std::int64_t block_cache::put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept {

@@ -87,7 +87,9 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   /// for the device, so it is for the last resort before out-of-memory (every
   /// cache calls it before it gives up) and for programs that go idle.
   /// \throws std::invalid_argument if `stream` is being captured (its frees
-  ///   would become graph nodes); cuda_error if a wait fails.
+  ///   would become graph nodes); cuda_error if a wait fails; std::bad_alloc
+  ///   where the host has no memory to list what it gives back (what it
+  ///   listed went back).
   void trim(stream_ref stream);
 
   /// The kind of memory this resource hands out.

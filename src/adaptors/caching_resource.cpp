@@ -145,12 +145,12 @@ void* caching_resource::allocate_upstream(std::size_t bytes, std::size_t alignme
   return detail::allocate_reclaiming(
       upstream_resource(), bytes, alignment, stream,
       [&] {
-        cache_.evict_all_ordered(stream, evicted);
+        static_cast<void>(cache_.evict_all_ordered(stream, evicted));  // what could be listed: the retry tells
         free_upstream(evicted);
       },
       [&]() -> void* {
         evicted.clear();
-        cache_.drain(stream, evicted);
+        static_cast<void>(cache_.drain(stream, evicted));
         free_upstream(evicted);
         return nullptr;  // whole blocks of other sizes cannot serve the request: the upstream must
       });
@@ -248,22 +248,25 @@ void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t ali
 void caching_resource::release() {
   if (cache_.blocks() == 0) return;  // nothing to hand back: the upstream is not even asked its stream
   std::vector<detail::evicted_block> blocks;
-  cache_.drain(own_bound_stream(), blocks);
+  const bool whole = cache_.drain(own_bound_stream(), blocks);
   free_upstream(blocks);
+  if (!whole) throw std::bad_alloc();  // no memory to list every block: the rest stay cached
 }
 
 void caching_resource::release_without_waiting() {
   if (cache_.blocks() == 0) return;
   std::vector<detail::evicted_block> blocks;
-  cache_.evict_all_ordered(own_bound_stream(), blocks);
+  const bool whole = cache_.evict_all_ordered(own_bound_stream(), blocks);
   free_upstream(blocks);
+  if (!whole) throw std::bad_alloc();  // as release
 }
 
 void caching_resource::do_trim(stream_ref stream) {
   std::vector<detail::evicted_block> blocks;
-  cache_.drain(stream, blocks);
+  const bool whole = cache_.drain(stream, blocks);
   free_upstream(blocks);
   upstream_resource().trim(stream);
+  if (!whole) throw std::bad_alloc();  // as release
 }
 
 cache_statistics caching_resource::statistics() const {

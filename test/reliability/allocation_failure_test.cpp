@@ -5,8 +5,8 @@
 // fails on demand, on the test's thread only), and on the host alone: the
 // host resource with made-up streams and a stand-in for CUDA's events. Each
 // case replays one operation with the first, second, ... allocation inside
-// it failing (and every one after it), until the operation makes no
-// allocation that fails.
+// it failing (alone, and with every one after it), until the operation makes
+// no allocation that fails.
 #include "support/fake_ordering.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
@@ -25,14 +25,17 @@
 
 namespace {
 
-// -1: allocations succeed. n >= 0: n more succeed, then every one fails.
+// -1: allocations succeed. n >= 0: n more succeed, then one fails (and,
+// unless only_one_fails, every one after it).
 thread_local long allocations_before_failure = -1;
+thread_local bool only_one_fails = false;
 thread_local long failed_allocations = 0;
 
 bool fail_this_allocation() noexcept {
   if (allocations_before_failure < 0) return false;
   if (allocations_before_failure == 0) {
     ++failed_allocations;
+    if (only_one_fails) allocations_before_failure = -1;
     return true;
   }
   --allocations_before_failure;
@@ -73,7 +76,8 @@ namespace {
 
 /// A cache over the host resource holding blocks of many classes, freed on
 /// three streams: some kept by their stream, some offered to all with
-/// events not yet complete; and blocks still live.
+/// events not yet complete, some freed through the pmr path (no work
+/// touches them); and blocks still live.
 struct cache_under_test {
   fake_ordering ordering;
   host_memory_resource upstream;
@@ -90,16 +94,20 @@ struct cache_under_test {
     ordering.events.reserve(4096);
     ordering.waits.reserve(4096);
     options.max_cached_block = std::size_t{1} << 20;
-    options.stream_share = std::size_t{256} << 10;
+    options.stream_share = std::size_t{4} << 20;  // past what a stream frees here: its first frees alone are sealed
     options.hand_back_before_large = true;
     cache = std::make_unique<caching_resource>(upstream, options, ordering);
     for (std::size_t i = 0; i < 96; ++i) allocate((std::size_t{16} << 10) * (1 + i % 24), fake_stream(1 + i % 3));
     // Freed on another stream than they were used on, a third of them: the
     // frees past a stream's share are sealed with events that stay pending.
+    // One in eight through the pmr path, as a block no work touches.
     for (std::size_t i = 0; i < 64; ++i) {
       const block freed = live.back();
       live.pop_back();
-      cache->deallocate_async(freed.pointer, freed.bytes, i % 3 == 0 ? fake_stream(1 + (i + 1) % 3) : freed.stream);
+      if (i % 8 == 7)
+        cache->deallocate(freed.pointer, freed.bytes);
+      else
+        cache->deallocate_async(freed.pointer, freed.bytes, i % 3 == 0 ? fake_stream(1 + (i + 1) % 3) : freed.stream);
     }
   }
 
@@ -116,6 +124,13 @@ struct cache_under_test {
   }
 
   [[nodiscard]] std::size_t cached_bytes() const { return cache->statistics().cached_bytes; }
+  /// Blocks freed through the pmr path are cached for no stream.
+  [[nodiscard]] std::size_t ready_bytes() const {
+    std::size_t bytes = 0;
+    for (const auto& [stream, cached] : cache->cached_bytes_by_stream())
+      if (stream == nullptr) bytes += cached;
+    return bytes;
+  }
 };
 
 /// Where a trim follows what is live: at most as much as is live.
@@ -124,38 +139,60 @@ caching_options following_what_is_live() {
 }
 /// Where what was lately live keeps the cache at its budget: a miss makes room.
 caching_options at_its_budget() { return {.max_cached_bytes = std::size_t{4} << 20}; }
+/// Where the budget refuses nothing: the streams keep their last frees unsealed.
+caching_options roomy() { return {.max_cached_bytes = std::size_t{64} << 20}; }
+
+/// What an operation promises once it returns without an exception.
+enum class promise {
+  nothing_lost,  // every block is cached or back upstream
+  empties_the_cache,  // and none is cached (release, trim)
+};
 
 /// Runs `operation` on a fresh cache with the n-th allocation on this thread
-/// failing, for n = 0, 1, ...; then, with memory back, frees what is live and
-/// releases the cache: the upstream must hold nothing. Stops at the first n
-/// whose operation made no allocation that failed; that run must have given
-/// something back (`measure` fell), or the case shows nothing.
+/// failing, alone and with all after it, for n = 0, 1, ...; then, with memory
+/// back, frees what is live and releases the cache: the upstream must hold
+/// nothing. Stops at the first n whose operation made no allocation that
+/// failed; that run must have given something back (`measure` fell), or the
+/// case shows nothing.
 void never_loses_a_block(const std::string& what, const caching_options& options,
                          const std::function<void(cache_under_test&)>& operation,
-                         const std::function<std::size_t(const cache_under_test&)>& measure) {
-  for (long n = 0;; ++n) {
-    SCOPED_TRACE(what + ", allocation " + std::to_string(n) + " failing");
-    cache_under_test scene(options);
-    const std::size_t before = measure(scene);
-    failed_allocations = 0;
-    allocations_before_failure = n;
-    try {
-      operation(scene);
-    } catch (const std::bad_alloc&) {  // an operation may refuse for want of memory: nothing may go missing
+                         const std::function<std::size_t(const cache_under_test&)>& measure,
+                         promise kept = promise::nothing_lost) {
+  for (const bool alone : {true, false}) {
+    for (long n = 0;; ++n) {
+      SCOPED_TRACE(what + ", allocation " + std::to_string(n) + (alone ? " failing alone" : " and all after it failing"));
+      cache_under_test scene(options);
+      // (Where the cache follows what is live, the setup's own trims take them first.)
+      if (!options.max_cached_per_live) {
+        ASSERT_GT(scene.ready_bytes(), 0u) << "the scene lacks blocks freed through the pmr path";
+      }
+      const std::size_t before = measure(scene);
+      failed_allocations = 0;
+      only_one_fails = alone;
+      allocations_before_failure = n;
+      bool refused = false;
+      try {
+        operation(scene);
+      } catch (const std::bad_alloc&) {  // an operation may refuse for want of memory: nothing may go missing
+        refused = true;
+      }
+      allocations_before_failure = -1;
+      const long failures = failed_allocations;
+      const std::size_t after = measure(scene);
+      if (kept == promise::empties_the_cache && !refused) {
+        ASSERT_EQ(scene.cached_bytes(), 0u) << "returned as if it had emptied the cache";
+      }
+      scene.free_live();
+      scene.ordering.complete_all();
+      scene.cache->release();
+      ASSERT_EQ(scene.cached_bytes(), 0u);
+      ASSERT_EQ(scene.upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+      if (failures == 0) {
+        EXPECT_LT(after, before) << "the operation gave nothing back: the case shows nothing";
+        break;
+      }
+      ASSERT_LT(n, 10'000) << "the operation kept allocating";
     }
-    allocations_before_failure = -1;
-    const long failures = failed_allocations;
-    const std::size_t after = measure(scene);
-    scene.free_live();
-    scene.ordering.complete_all();
-    scene.cache->release();
-    ASSERT_EQ(scene.cached_bytes(), 0u);
-    ASSERT_EQ(scene.upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
-    if (failures == 0) {
-      EXPECT_LT(after, before) << "the operation gave nothing back: the case shows nothing";
-      return;
-    }
-    ASSERT_LT(n, 10'000) << "the operation kept allocating";
   }
 }
 
@@ -174,24 +211,24 @@ TEST(AllocationFailure, AMissThatMakesRoomLosesNoBlock) {
 }
 
 TEST(AllocationFailure, ALargeRequestThatHandsBackItsStreamsBlocksLosesNoBlock) {
-  never_loses_a_block("a request past the cached sizes", at_its_budget(),
+  never_loses_a_block("a request past the cached sizes", roomy(),
                       [](cache_under_test& scene) { scene.allocate(std::size_t{2} << 20, fake_stream(1)); },
                       cached_bytes);
 }
 
 TEST(AllocationFailure, ATrimLosesNoBlock) {
-  never_loses_a_block("trim", at_its_budget(), [](cache_under_test& scene) { scene.cache->trim(fake_stream(1)); },
-                      cached_bytes);
+  never_loses_a_block("trim", roomy(), [](cache_under_test& scene) { scene.cache->trim(fake_stream(1)); },
+                      cached_bytes, promise::empties_the_cache);
 }
 
 TEST(AllocationFailure, AReleaseWithoutWaitingLosesNoBlock) {
-  never_loses_a_block("release without waiting", at_its_budget(),
+  never_loses_a_block("release without waiting", roomy(),
                       [](cache_under_test& scene) { scene.cache->release_without_waiting(); }, cached_bytes);
 }
 
 TEST(AllocationFailure, AReleaseLosesNoBlock) {
-  never_loses_a_block("release", at_its_budget(), [](cache_under_test& scene) { scene.cache->release(); },
-                      cached_bytes);
+  never_loses_a_block("release", roomy(), [](cache_under_test& scene) { scene.cache->release(); },
+                      cached_bytes, promise::empties_the_cache);
 }
 
 }  // namespace

@@ -164,13 +164,15 @@ class caching_resource final : public resource_adaptor {
   /// Hands every cached block back upstream, on the upstream's bound stream,
   /// after it waits for the blocks' events, or after every device has been
   /// synchronized where blocks of other streams are held. \throws cuda_error
-  /// if a synchronize fails.
+  /// if a synchronize fails; std::bad_alloc where the host had no memory to
+  /// list every block (those listed went back, the rest stay cached).
   void release();
   /// Hands back what can go with no wait on the host: blocks no work
   /// touches, sealed blocks (the upstream's bound stream waits for their
   /// events) and the bound stream's own. Blocks other streams freed and
   /// never sealed stay. For a program's end, where a wait could hang on work
-  /// that never finishes. \throws std::bad_alloc; blocks not handed back stay cached.
+  /// that never finishes. \throws std::bad_alloc where the host had no
+  /// memory to list every block: those listed went back, the rest stay cached.
   void release_without_waiting();
   [[nodiscard]] cache_statistics statistics() const;
   /// Bytes cached per stream (blocks ready for any stream are under null).

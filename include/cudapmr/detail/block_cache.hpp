@@ -161,8 +161,9 @@ class block_cache {
   /// as the program's memory does, and what an idle program keeps is small.
   void trim_to_live(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// Everything that can leave without a device synchronization, to be freed
-  /// on `stream` (upstream exhaustion, before a retry).
-  void evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept;
+  /// on `stream` (upstream exhaustion, before a retry). False where the host
+  /// had no memory to list some of it: those blocks stay cached.
+  bool evict_all_ordered(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// The blocks freed on `stream` that it may take with no wait: unsealed,
   /// or sealed by it (other streams may take those too, once their event
   /// completes). To be freed on `stream`: its own order puts the free after
@@ -170,9 +171,11 @@ class block_cache {
   void evict_own(stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// Everything, to be freed on `stream`. Synchronizes every device, after
   /// taking the blocks, when blocks of other streams are among them.
-  /// \throws cuda_error if that fails, std::bad_alloc where the host has no
-  /// memory for the lists; the blocks then stay cached.
-  void drain(stream_ref stream, std::vector<evicted_block>& out);
+  /// False where the host had no memory to list some blocks after the wait:
+  /// those stay cached (evict_all_ordered).
+  /// \throws cuda_error if the synchronize fails, std::bad_alloc where the
+  /// host has no memory for the lists before it; the blocks then stay cached.
+  bool drain(stream_ref stream, std::vector<evicted_block>& out);
 
   /// Bytes and blocks held, counted under the locks.
   [[nodiscard]] std::size_t bytes() const;
@@ -267,7 +270,8 @@ class block_cache {
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
   /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
   /// (its own): no block leaves the lists unless it reaches `out`.
-  void evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept;
+  /// False where there was no memory for the list (the blocks stay).
+  bool evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept;
   /// A block of the smallest class in [first, last] found: `entry`'s own
   /// (withdrawing its request for sealed blocks), then a ready one, then a
   /// sealed one that `stream` is made to wait for; {null, first} if none.
@@ -282,9 +286,15 @@ class block_cache {
   std::int64_t put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept;
   /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
   void release_reference(sealed_event* event) noexcept;
+  /// What an eviction moved, and whether every block it chose reached `out`.
+  struct eviction {
+    std::size_t bytes = 0;
+    bool complete = true;
+  };
   /// Moves sealed blocks into `out`, largest classes first, to be freed on
-  /// `stream` after it waits for their events, until `bytes` are gone.
-  std::size_t evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
+  /// `stream` after it waits for their events, until `bytes` are gone; where
+  /// `out` has no room for them all, none (they stay sealed).
+  eviction evict_sealed(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
   /// Adds a lock holder's `unflushed` count and `change` to the shared total
   /// now: where blocks leave (or a trim is to be measured), so that no count
   /// is left behind that the total lacks.

@@ -3,7 +3,9 @@
 """Draws device memory over time, one line per allocator, from the CSV that
 cudapmr_memory_bench writes (--timeline; the 4-stream random mix).
 
-usage: plot_memory.py MEMORY_TIMELINE_CSV OUTPUT_PNG
+usage: plot_memory.py MEMORY_TIMELINE_CSV OUTPUT_PNG [GPU]
+
+GPU, where given, names the machine in the title (e.g. "H100 80GB HBM3").
 """
 import csv
 import sys
@@ -16,8 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
+    machine = f" ({sys.argv[3]})" if len(sys.argv) == 4 else ""
     series = defaultdict(lambda: ([], []))
     workload = ""
     with open(sys.argv[1], newline="") as handle:
@@ -36,7 +39,7 @@ def main():
     axes.set_yscale("log")
     axes.set_xlabel("operation")
     axes.set_ylabel("device memory in use (GiB, log scale)")
-    axes.set_title(f"Device memory over time: {workload}, one run per allocator (H200)")
+    axes.set_title(f"Device memory over time: {workload}, one run per allocator{machine}")
     axes.grid(True, which="both", alpha=0.3)
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()

@@ -118,8 +118,7 @@ namespace {
 
 /// Room in `list` for `more` elements, or false where the host has no memory
 /// for it: an eviction moves a block only where it has room to put it.
-template <typename Element>
-bool has_room(std::vector<Element>& list, std::size_t more) noexcept {
+bool has_room(std::vector<evicted_block>& list, std::size_t more) noexcept {
   try {
     list.reserve(list.size() + more);
     return true;
@@ -708,18 +707,16 @@ void block_cache::note_returned(const std::vector<evicted_block>& out, std::size
 }
 
 bool block_cache::evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept {
-  std::vector<cached_block> blocks;
-  {
-    const std::lock_guard lock(entry.mutex);
-    if (entry.unsealed.blocks() == 0) return true;
-    // Room first, so that no block leaves the lists unless it reaches `out`.
-    if (!has_room(blocks, entry.unsealed.blocks()) || !has_room(out, entry.unsealed.blocks())) return false;
-    const std::size_t bytes = entry.unsealed.bytes();
-    entry.unsealed.drain_into(blocks);
-    settle(entry.unflushed, -static_cast<std::int64_t>(bytes));
-  }
-  for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
-  return true;
+  const std::lock_guard lock(entry.mutex);
+  return evict_all_of(entry.unsealed, entry.unflushed, stream, out);
+}
+
+bool block_cache::evict_all_of(free_lists& lists, std::int64_t& unflushed, stream_ref stream,
+                               std::vector<evicted_block>& out) noexcept {
+  const std::size_t bytes = lists.bytes();
+  const std::size_t moved = lists.drain_bytes_into(out, bytes, stream);
+  settle(unflushed, -static_cast<std::int64_t>(moved));
+  return moved == bytes;
 }
 
 void block_cache::evict_own(stream_ref stream, std::vector<evicted_block>& out) noexcept {
@@ -759,19 +756,10 @@ bool block_cache::evict_all_ordered(stream_ref stream, std::vector<evicted_block
   const std::size_t first = out.size();
   bool complete = true;
   if (stream_entry* entry = entry_of(stream)) complete = evict_unsealed(*entry, stream, out);
-  std::vector<cached_block> blocks;
   for (ready_shard& shard : ready_) {
     const std::lock_guard lock(shard.mutex);
-    blocks.clear();
-    if (!has_room(blocks, shard.lists.blocks()) || !has_room(out, shard.lists.blocks())) {
-      complete = false;  // these stay
-      continue;
-    }
-    const std::size_t bytes = shard.lists.bytes();
-    shard.lists.drain_into(blocks);
-    settle(shard.unflushed, -static_cast<std::int64_t>(bytes));
-    shard.blocks.store(0, std::memory_order_relaxed);
-    for (const cached_block& block : blocks) out.push_back({block.pointer, block.size_class, stream});
+    complete = evict_all_of(shard.lists, shard.unflushed, stream, out) && complete;
+    shard.blocks.store(shard.lists.blocks(), std::memory_order_relaxed);
   }
   complete = evict_sealed(stream, std::numeric_limits<std::size_t>::max(), out).complete && complete;
   note_returned(out, first);
@@ -802,7 +790,6 @@ bool block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
         const std::lock_guard entry_lock(entry->mutex);
         if (entry->unsealed.blocks() == 0) continue;
         taken.push_back({entry.get(), {}});
-        taken.back().blocks.reserve(entry->unsealed.blocks());  // so that drain_into cannot throw halfway
         const std::size_t bytes = entry->unsealed.bytes();
         entry->unsealed.drain_into(taken.back().blocks);
         settle(entry->unflushed, -static_cast<std::int64_t>(bytes));

@@ -269,9 +269,13 @@ class block_cache {
   /// `stream`'s own; largest classes first.
   void evict(stream_ref stream, std::size_t bytes, std::vector<evicted_block>& out) noexcept;
   /// Moves the entry's unsealed blocks into `out`, to be freed on `stream`
-  /// (its own): no block leaves the lists unless it reaches `out`.
-  /// False where there was no memory for the list (the blocks stay).
+  /// (its own), as evict_all_of.
   bool evict_unsealed(stream_entry& entry, stream_ref stream, std::vector<evicted_block>& out) noexcept;
+  /// Moves every block of `lists` into `out`, to be freed on `stream`, and
+  /// their bytes out of the total (`unflushed` settled); with the lists'
+  /// lock held. False where the host had no memory for `out`: the rest stay.
+  bool evict_all_of(free_lists& lists, std::int64_t& unflushed, stream_ref stream,
+                    std::vector<evicted_block>& out) noexcept;
   /// A block of the smallest class in [first, last] found: `entry`'s own
   /// (withdrawing its request for sealed blocks), then a ready one, then a
   /// sealed one that `stream` is made to wait for; {null, first} if none.

@@ -72,14 +72,26 @@ void* free_lists::pop(std::size_t size_class) noexcept {
 }
 
 bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
-  try {
-    lists_[size_class].push_back(pointer);
-  } catch (...) {
-    return false;
+  std::vector<void*>& list = lists_[size_class];
+  const std::size_t needed = list.size() + kept_room_[size_class] + 1;
+  if (needed > list.capacity()) {
+    try {
+      list.reserve(std::max(needed, 2 * list.capacity()));
+    } catch (...) {
+      return false;
+    }
   }
+  list.push_back(pointer);  // within capacity: no allocation
   bytes_ += size_class_bytes(size_class);
   ++blocks_;
   return true;
+}
+
+void free_lists::put_back(std::size_t size_class, void* pointer) noexcept {
+  --kept_room_[size_class];
+  lists_[size_class].push_back(pointer);  // into the room kept for it: no allocation
+  bytes_ += size_class_bytes(size_class);
+  ++blocks_;
 }
 
 void free_lists::drain_into(std::vector<cached_block>& out) {
@@ -91,6 +103,14 @@ void free_lists::drain_into(std::vector<cached_block>& out) {
   }
   bytes_ = 0;
   blocks_ = 0;
+}
+
+void free_lists::take_all_keeping_room(std::vector<cached_block>& out) {
+  if (blocks_ == 0) return;
+  out.reserve(out.size() + blocks_);  // before any room is kept: a throw leaves the lists as they were
+  for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class)
+    kept_room_[size_class] += lists_[size_class].size();  // clear keeps the capacity
+  drain_into(out);
 }
 
 std::size_t free_lists::drain_bytes_into(std::vector<evicted_block>& out, std::size_t bytes,
@@ -509,7 +529,7 @@ block_cache::give_outcome block_cache::give(stream_ref stream, std::size_t size_
     ++entry->frees;
     if (seal) {
       try {
-        entry->unsealed.drain_into(to_seal);
+        entry->unsealed.take_all_keeping_room(to_seal);
       } catch (...) {
         to_seal.clear();  // sealing is an optimisation: the blocks stay with their stream
       }
@@ -541,9 +561,9 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
       ordering_.recycle(event);
     }
   }
+  std::size_t moved = 0;
   if (sealed != nullptr) {
     const std::lock_guard lock(sealed_mutex_);
-    std::size_t moved = 0;
     try {
       for (; moved < blocks.size(); ++moved) {
         const cached_block& block = blocks[moved];
@@ -559,15 +579,18 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
       delete sealed;
     }
     seals_.fetch_add(1, std::memory_order_relaxed);
-    blocks.erase(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(moved));
   }
-  // The blocks not sealed go back to the stream; the stream's pending count
-  // joins the shared total, which trims read and which sealed blocks leave,
-  // less what could not be put back (lost to the cache, left with its upstream).
-  std::int64_t unsealed = 0;
-  for (const cached_block& block : blocks) unsealed += static_cast<std::int64_t>(size_class_bytes(block.size_class));
+  // The blocks not sealed go back to the stream, into the room it kept for
+  // them; the stream's pending count joins the shared total, which trims read
+  // and which sealed blocks leave.
   const std::lock_guard lock(entry.mutex);
-  settle(entry.unflushed, put_back(entry, blocks) - unsealed);
+  for (std::size_t index = 0; index < blocks.size(); ++index) {
+    if (index < moved)
+      entry.unsealed.let_go(blocks[index].size_class);
+    else
+      entry.unsealed.put_back(blocks[index].size_class, blocks[index].pointer);
+  }
+  settle(entry.unflushed, 0);
 }
 
 void block_cache::release_reference(sealed_event* event) noexcept {
@@ -791,7 +814,7 @@ bool block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
         if (entry->unsealed.blocks() == 0) continue;
         taken.push_back({entry.get(), {}});
         const std::size_t bytes = entry->unsealed.bytes();
-        entry->unsealed.drain_into(taken.back().blocks);
+        entry->unsealed.take_all_keeping_room(taken.back().blocks);
         settle(entry->unflushed, -static_cast<std::int64_t>(bytes));
         others_hold_blocks = others_hold_blocks || entry->key != draining;
       }
@@ -806,18 +829,23 @@ bool block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
     throw;
   }
   const std::size_t first = out.size();
-  for (const taken_from& each : taken)
-    for (const cached_block& block : each.blocks) out.push_back({block.pointer, block.size_class, stream});
+  for (const taken_from& each : taken) {
+    const std::lock_guard lock(each.entry->mutex);
+    for (const cached_block& block : each.blocks) {
+      each.entry->unsealed.let_go(block.size_class);
+      out.push_back({block.pointer, block.size_class, stream});
+    }
+  }
   note_returned(out, first);
   return evict_all_ordered(stream, out);
 }
 
 std::int64_t block_cache::put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept {
   std::int64_t bytes = 0;
-  for (const cached_block& block : blocks)
-    if (entry.unsealed.push(block.size_class, block.pointer))
-      bytes += static_cast<std::int64_t>(size_class_bytes(block.size_class));
-  // else: no memory to keep even the list: the block is lost to the cache, and stays with its upstream
+  for (const cached_block& block : blocks) {
+    entry.unsealed.put_back(block.size_class, block.pointer);
+    bytes += static_cast<std::int64_t>(size_class_bytes(block.size_class));
+  }
   return bytes;
 }
 

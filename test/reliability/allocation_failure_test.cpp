@@ -231,5 +231,39 @@ TEST(AllocationFailure, AReleaseLosesNoBlock) {
                       cached_bytes, promise::empties_the_cache);
 }
 
+// A free that seals its stream's blocks lets go of the stream's lock while
+// it records the event; other frees on the stream fill the list meanwhile. If
+// the host then has no memory for the seal, the blocks go back to the stream
+// into room kept for them, not into a list that must grow.
+TEST(AllocationFailure, ASealThatFailsWhileItsStreamFreesMoreLosesNoBlock) {
+  fake_ordering ordering;
+  ordering.events.reserve(64);
+  host_memory_resource upstream;
+  {
+    caching_resource cache(upstream, roomy(), ordering);
+    const stream_ref stream = fake_stream(7);
+    constexpr std::size_t bytes = std::size_t{64} << 10;
+    void* blocks[3];
+    for (void*& block : blocks) block = cache.allocate_async(bytes, stream);
+    cache.deallocate_async(blocks[0], bytes, stream);  // a new stream's first frees are sealed
+    bool freed_during_seal = false;
+    failed_allocations = 0;
+    ordering.during_record = [&] {
+      cache.deallocate_async(blocks[2], bytes, stream);  // past the first frees: kept unsealed
+      freed_during_seal = true;
+      only_one_fails = false;
+      allocations_before_failure = 0;  // the seal's own allocations fail, and every one after
+    };
+    cache.deallocate_async(blocks[1], bytes, stream);
+    allocations_before_failure = -1;
+    ASSERT_TRUE(freed_during_seal) << "the second free sealed nothing: the case shows nothing";
+    ASSERT_GT(failed_allocations, 0) << "the seal allocated nothing that could fail";
+    ordering.complete_all();
+    cache.release();
+    EXPECT_EQ(cache.statistics().cached_bytes, 0u);
+  }
+  EXPECT_EQ(upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+}
+
 }  // namespace
 }  // namespace cudapmr::test

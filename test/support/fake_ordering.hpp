@@ -29,6 +29,7 @@ class fake_ordering final : public detail::stream_ordering {
     bool completed = false;
   };
   detail::ordering_event record(stream_ref stream) noexcept override {
+    if (during_record) std::exchange(during_record, {})();
     if (captured.contains(stream.get())) return nullptr;
     try {
       events.push_back(std::make_unique<event>(event{stream.get()}));
@@ -76,6 +77,8 @@ class fake_ordering final : public detail::stream_ordering {
   bool synchronize_fails = false;  // as after a kernel's fault
   /// Run once inside the next synchronize: what another thread does while one waits.
   std::function<void()> during_synchronize;
+  /// Run once inside the next record: what another thread does while a free seals its stream's blocks.
+  std::function<void()> during_record;
 };
 
 }  // namespace cudapmr::test

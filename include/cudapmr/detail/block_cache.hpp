@@ -55,6 +55,14 @@ class free_lists {
   /// Moves every block into `out` and empties the lists. \throws
   /// std::bad_alloc before it moves any, where `out` lacks room and the host memory for it.
   void drain_into(std::vector<cached_block>& out);
+  /// As `drain_into`, but the lists keep room for every block moved, until it
+  /// comes back (`put_back`) or leaves for good (`let_go`): other blocks
+  /// pushed meanwhile cannot take that room.
+  void take_all_keeping_room(std::vector<cached_block>& out);
+  /// A block `take_all_keeping_room` moved comes back, into its kept room: never fails.
+  void put_back(std::size_t size_class, void* pointer) noexcept;
+  /// A block `take_all_keeping_room` moved left for good: its room is free again.
+  void let_go(std::size_t size_class) noexcept { --kept_room_[size_class]; }
   /// Moves blocks into `out`, to be freed on `stream`, largest classes first,
   /// until `bytes` are gone; returns the bytes moved. Where the host has no
   /// memory for `out`, it stops: the rest stay.
@@ -64,6 +72,7 @@ class free_lists {
 
  private:
   std::array<std::vector<void*>, size_class_count> lists_;
+  std::array<std::size_t, size_class_count> kept_room_{};  // capacity kept for blocks taken out, beyond the list's size
   std::size_t bytes_ = 0;
   std::size_t blocks_ = 0;
 };

@@ -4,6 +4,7 @@
 #include "cudapmr/detail/thread_ordinal.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -88,10 +89,16 @@ bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
 }
 
 void free_lists::put_back(std::size_t size_class, void* pointer) noexcept {
+  assert(kept_room_[size_class] > 0 && "put back a block that take_all_keeping_room did not take");
   --kept_room_[size_class];
   lists_[size_class].push_back(pointer);  // into the room kept for it: no allocation
   bytes_ += size_class_bytes(size_class);
   ++blocks_;
+}
+
+void free_lists::let_go(std::size_t size_class) noexcept {
+  assert(kept_room_[size_class] > 0 && "let go of a block that take_all_keeping_room did not take");
+  --kept_room_[size_class];
 }
 
 void free_lists::drain_into(std::vector<cached_block>& out) {

@@ -62,7 +62,7 @@ class free_lists {
   /// A block `take_all_keeping_room` moved comes back, into its kept room: never fails.
   void put_back(std::size_t size_class, void* pointer) noexcept;
   /// A block `take_all_keeping_room` moved left for good: its room is free again.
-  void let_go(std::size_t size_class) noexcept { --kept_room_[size_class]; }
+  void let_go(std::size_t size_class) noexcept;
   /// Moves blocks into `out`, to be freed on `stream`, largest classes first,
   /// until `bytes` are gone; returns the bytes moved. Where the host has no
   /// memory for `out`, it stops: the rest stay.
@@ -292,10 +292,12 @@ class block_cache {
                                           std::size_t last) noexcept;
   [[nodiscard]] void* take_ready_from(ready_shard& shard, std::size_t size_class) noexcept;
   [[nodiscard]] void* take_sealed(stream_ref stream, stream_entry* entry, std::size_t size_class) noexcept;
-  /// Records an event on `stream` and moves `blocks` to the sealed lists; on
-  /// failure puts them back into `entry`.
+  /// Records an event on `stream` and moves `blocks`, which
+  /// `take_all_keeping_room` took from `entry`, to the sealed lists; what
+  /// could not be sealed goes back into `entry`, into the room it kept.
   void seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept;
-  /// Puts `blocks` back among `entry`'s unsealed ones, with its lock held; returns the bytes it kept.
+  /// Puts `blocks`, which `take_all_keeping_room` took from `entry`, back among
+  /// its unsealed ones, with its lock held; returns their bytes.
   std::int64_t put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept;
   /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
   void release_reference(sealed_event* event) noexcept;

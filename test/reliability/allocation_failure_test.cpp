@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -231,73 +232,72 @@ TEST(AllocationFailure, AReleaseLosesNoBlock) {
                       cached_bytes, promise::empties_the_cache);
 }
 
+/// Blocks of 64 KiB that one stream allocated from a cache over the host, for
+/// the cases where a free on that stream comes in the middle of another
+/// operation, after which the host has no memory.
+struct one_stream_scene {
+  static constexpr std::size_t bytes = std::size_t{64} << 10;
+  fake_ordering ordering;
+  host_memory_resource upstream;
+  std::optional<caching_resource> cache;
+  const stream_ref stream = fake_stream(7);
+  std::vector<void*> blocks;
+  bool freed_meanwhile = false;
+
+  explicit one_stream_scene(std::size_t count) {
+    ordering.events.reserve(64);
+    cache.emplace(upstream, roomy(), ordering);
+    for (std::size_t i = 0; i < count; ++i) blocks.push_back(cache->allocate_async(bytes, stream));
+  }
+  void free(std::size_t index) { cache->deallocate_async(blocks[index], bytes, stream); }
+  /// What runs in the middle: the free of `index`, then every allocation fails.
+  std::function<void()> free_then_run_out(std::size_t index) {
+    return [this, index] {
+      free(index);
+      freed_meanwhile = true;
+      failed_allocations = 0;
+      only_one_fails = false;
+      allocations_before_failure = 0;
+    };
+  }
+  /// With memory back: `cached` blocks are still cached, and once they are
+  /// released the upstream holds nothing.
+  void expect_nothing_lost(std::size_t cached) {
+    allocations_before_failure = -1;
+    EXPECT_EQ(cache->statistics().cached_bytes, cached * bytes) << "blocks lost between the cache and its upstream";
+    ordering.synchronize_fails = false;
+    ordering.complete_all();
+    cache->release();
+    cache.reset();
+    EXPECT_EQ(upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+  }
+};
+
 // A free that seals its stream's blocks lets go of the stream's lock while
 // it records the event; other frees on the stream fill the list meanwhile. If
 // the host then has no memory for the seal, the blocks go back to the stream
 // into room kept for them, not into a list that must grow.
 TEST(AllocationFailure, ASealThatFailsWhileItsStreamFreesMoreLosesNoBlock) {
-  fake_ordering ordering;
-  ordering.events.reserve(64);
-  host_memory_resource upstream;
-  {
-    caching_resource cache(upstream, roomy(), ordering);
-    const stream_ref stream = fake_stream(7);
-    constexpr std::size_t bytes = std::size_t{64} << 10;
-    void* blocks[3];
-    for (void*& block : blocks) block = cache.allocate_async(bytes, stream);
-    cache.deallocate_async(blocks[0], bytes, stream);  // a new stream's first frees are sealed
-    bool freed_during_seal = false;
-    failed_allocations = 0;
-    ordering.during_record = [&] {
-      cache.deallocate_async(blocks[2], bytes, stream);  // past the first frees: kept unsealed
-      freed_during_seal = true;
-      only_one_fails = false;
-      allocations_before_failure = 0;  // the seal's own allocations fail, and every one after
-    };
-    cache.deallocate_async(blocks[1], bytes, stream);
-    allocations_before_failure = -1;
-    ASSERT_TRUE(freed_during_seal) << "the second free sealed nothing: the case shows nothing";
-    ASSERT_EQ(ordering.events.size(), 1u) << "the seal found memory for its event: the case shows nothing";
-    EXPECT_EQ(cache.statistics().cached_bytes, 3 * bytes) << "blocks lost between the cache and its upstream";
-    ordering.complete_all();
-    cache.release();
-    EXPECT_EQ(cache.statistics().cached_bytes, 0u);
-  }
-  EXPECT_EQ(upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+  one_stream_scene scene(3);
+  scene.free(0);  // a new stream's first frees are sealed
+  scene.ordering.during_record = scene.free_then_run_out(2);  // past the first frees: kept unsealed
+  scene.free(1);
+  ASSERT_TRUE(scene.freed_meanwhile) << "the second free sealed nothing: the case shows nothing";
+  ASSERT_EQ(scene.ordering.events.size(), 1u) << "the seal found memory for its event: the case shows nothing";
+  scene.expect_nothing_lost(3);
 }
 
 // As above, for a drain (release) that takes the streams' blocks, then waits
 // for every device: a free on one of them fills its list during the wait, the
 // wait fails, and the host has no memory when the blocks go back.
 TEST(AllocationFailure, ADrainWhoseWaitFailsWhileItsStreamFreesMoreLosesNoBlock) {
-  fake_ordering ordering;
-  ordering.events.reserve(64);
-  host_memory_resource upstream;
-  {
-    caching_resource cache(upstream, roomy(), ordering);
-    const stream_ref stream = fake_stream(7);
-    constexpr std::size_t bytes = std::size_t{64} << 10;
-    void* blocks[4];
-    for (void*& block : blocks) block = cache.allocate_async(bytes, stream);
-    for (void* block : {blocks[0], blocks[1], blocks[2]}) cache.deallocate_async(block, bytes, stream);  // the last kept unsealed
-    bool freed_during_wait = false;
-    ordering.synchronize_fails = true;
-    ordering.during_synchronize = [&] {
-      cache.deallocate_async(blocks[3], bytes, stream);
-      freed_during_wait = true;
-      only_one_fails = false;
-      allocations_before_failure = 0;
-    };
-    EXPECT_ANY_THROW(cache.release());
-    allocations_before_failure = -1;
-    ASSERT_TRUE(freed_during_wait) << "the release did not wait: the case shows nothing";
-    EXPECT_EQ(cache.statistics().cached_bytes, 4 * bytes) << "blocks lost between the cache and its upstream";
-    ordering.synchronize_fails = false;
-    ordering.complete_all();
-    cache.release();
-    EXPECT_EQ(cache.statistics().cached_bytes, 0u);
-  }
-  EXPECT_EQ(upstream.used_bytes(), 0u) << "blocks lost between the cache and its upstream";
+  one_stream_scene scene(4);
+  for (std::size_t i = 0; i < 3; ++i) scene.free(i);  // the first two sealed, the third kept unsealed
+  scene.ordering.synchronize_fails = true;
+  scene.ordering.during_synchronize = scene.free_then_run_out(3);
+  EXPECT_ANY_THROW(scene.cache->release());
+  ASSERT_TRUE(scene.freed_meanwhile) << "the release did not wait: the case shows nothing";
+  scene.expect_nothing_lost(4);
 }
 
 }  // namespace

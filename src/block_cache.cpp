@@ -63,7 +63,7 @@ bool caching_disabled() noexcept {
 // ---- free_lists ---------------------------------------------------------------
 
 void* free_lists::pop(std::size_t size_class) noexcept {
-  std::vector<void*>& list = lists_[size_class];
+  std::vector<void*>& list = lists_[size_class].blocks;
   if (list.empty()) return nullptr;
   void* pointer = list.back();
   list.pop_back();
@@ -73,11 +73,10 @@ void* free_lists::pop(std::size_t size_class) noexcept {
 }
 
 bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
-  std::vector<void*>& list = lists_[size_class];
-  const std::size_t needed = list.size() + kept_room_[size_class] + 1;
-  if (needed > list.capacity()) {
+  auto& [list, kept_room] = lists_[size_class];
+  if (list.size() + kept_room == list.capacity()) [[unlikely]] {
     try {
-      list.reserve(std::max(needed, 2 * list.capacity()));
+      list.reserve(std::max(list.capacity() + 1, 2 * list.capacity()));
     } catch (...) {
       return false;
     }
@@ -89,24 +88,25 @@ bool free_lists::push(std::size_t size_class, void* pointer) noexcept {
 }
 
 void free_lists::put_back(std::size_t size_class, void* pointer) noexcept {
-  assert(kept_room_[size_class] > 0 && "put back a block that take_all_keeping_room did not take");
-  --kept_room_[size_class];
-  lists_[size_class].push_back(pointer);  // into the room kept for it: no allocation
+  auto& [list, kept_room] = lists_[size_class];
+  assert(kept_room > 0 && "put back a block that take_all_keeping_room did not take");
+  --kept_room;
+  list.push_back(pointer);  // into the room kept for it: no allocation
   bytes_ += size_class_bytes(size_class);
   ++blocks_;
 }
 
 void free_lists::let_go(std::size_t size_class) noexcept {
-  assert(kept_room_[size_class] > 0 && "let go of a block that take_all_keeping_room did not take");
-  --kept_room_[size_class];
+  assert(lists_[size_class].kept_room > 0 && "let go of a block that take_all_keeping_room did not take");
+  --lists_[size_class].kept_room;
 }
 
 void free_lists::drain_into(std::vector<cached_block>& out) {
   if (blocks_ == 0) return;
   out.reserve(out.size() + blocks_);  // room first: no block leaves unless it reaches `out`
   for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class) {
-    for (void* pointer : lists_[size_class]) out.push_back({pointer, size_class});
-    lists_[size_class].clear();
+    for (void* pointer : lists_[size_class].blocks) out.push_back({pointer, size_class});
+    lists_[size_class].blocks.clear();
   }
   bytes_ = 0;
   blocks_ = 0;
@@ -115,8 +115,7 @@ void free_lists::drain_into(std::vector<cached_block>& out) {
 void free_lists::take_all_keeping_room(std::vector<cached_block>& out) {
   if (blocks_ == 0) return;
   out.reserve(out.size() + blocks_);  // before any room is kept: a throw leaves the lists as they were
-  for (std::size_t size_class = 0; size_class < lists_.size(); ++size_class)
-    kept_room_[size_class] += lists_[size_class].size();  // clear keeps the capacity
+  for (class_list& each : lists_) each.kept_room += each.blocks.size();  // clear keeps the capacity
   drain_into(out);
 }
 
@@ -125,7 +124,7 @@ std::size_t free_lists::drain_bytes_into(std::vector<evicted_block>& out, std::s
   std::size_t moved = 0;
   try {
     for (std::size_t size_class = lists_.size(); size_class-- > 0 && moved < bytes && blocks_ != 0;) {
-      std::vector<void*>& list = lists_[size_class];
+      std::vector<void*>& list = lists_[size_class].blocks;
       while (!list.empty() && moved < bytes) {
         out.push_back({list.back(), size_class, stream});  // first: a block leaves only once it is in `out`
         list.pop_back();
@@ -591,12 +590,8 @@ void block_cache::seal(stream_ref stream, stream_entry& entry, std::vector<cache
   // them; the stream's pending count joins the shared total, which trims read
   // and which sealed blocks leave.
   const std::lock_guard lock(entry.mutex);
-  for (std::size_t index = 0; index < blocks.size(); ++index) {
-    if (index < moved)
-      entry.unsealed.let_go(blocks[index].size_class);
-    else
-      entry.unsealed.put_back(blocks[index].size_class, blocks[index].pointer);
-  }
+  for (std::size_t index = 0; index < moved; ++index) entry.unsealed.let_go(blocks[index].size_class);
+  static_cast<void>(put_back(entry, std::span(blocks).subspan(moved)));  // their bytes never left the total
   settle(entry.unflushed, 0);
 }
 
@@ -847,7 +842,7 @@ bool block_cache::drain(stream_ref stream, std::vector<evicted_block>& out) {
   return evict_all_ordered(stream, out);
 }
 
-std::int64_t block_cache::put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept {
+std::int64_t block_cache::put_back(stream_entry& entry, std::span<const cached_block> blocks) noexcept {
   std::int64_t bytes = 0;
   for (const cached_block& block : blocks) {
     entry.unsealed.put_back(block.size_class, block.pointer);

@@ -18,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -71,8 +72,11 @@ class free_lists {
   [[nodiscard]] std::size_t blocks() const noexcept { return blocks_; }
 
  private:
-  std::array<std::vector<void*>, size_class_count> lists_;
-  std::array<std::size_t, size_class_count> kept_room_{};  // capacity kept for blocks taken out, beyond the list's size
+  struct class_list {
+    std::vector<void*> blocks;
+    std::size_t kept_room = 0;  // capacity kept for blocks taken out, beyond the list's size
+  };
+  std::array<class_list, size_class_count> lists_;
   std::size_t bytes_ = 0;
   std::size_t blocks_ = 0;
 };
@@ -298,7 +302,7 @@ class block_cache {
   void seal(stream_ref stream, stream_entry& entry, std::vector<cached_block>& blocks) noexcept;
   /// Puts `blocks`, which `take_all_keeping_room` took from `entry`, back among
   /// its unsealed ones, with its lock held; returns their bytes.
-  std::int64_t put_back(stream_entry& entry, const std::vector<cached_block>& blocks) noexcept;
+  std::int64_t put_back(stream_entry& entry, std::span<const cached_block> blocks) noexcept;
   /// Drops one reference to `event`, recycling it at the last. Called with sealed_mutex_ held.
   void release_reference(sealed_event* event) noexcept;
   /// What an eviction moved, and whether every block it chose reached `out`.

@@ -26,8 +26,13 @@ struct device_stack_options {
   /// It keeps at most four times what is live: what it hands back, the engine
   /// merges. A larger request first hands the engine the blocks its stream
   /// freed, so blocks of sizes no longer asked for do not sit beside a growing working set.
-  caching_options front{
-      .max_cached_block = std::size_t{4} << 20, .max_cached_per_live = 4.0, .hand_back_before_large = true};
+  caching_options front{.max_cached_block = std::size_t{4} << 20,
+                        .max_cached_bytes = std::nullopt,
+                        .check_capture = true,
+                        .shrink_interval = std::chrono::milliseconds{200},
+                        .max_cached_per_live = 4.0,
+                        .hand_back_before_large = true,
+                        .stream_share = std::nullopt};
   /// The engine: best fit in segments taken from the leaf, split and merged;
   /// large requests share segments of up to 20 MiB once much is in use;
   /// wholly free segments past 64 MiB, or past half the most lately in use,

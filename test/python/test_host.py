@@ -491,6 +491,84 @@ def test_torch_hooks_count_record_stream_and_refuse_a_bad_fraction():
         cudapmr._cudapmr._torch_bridge_state(99)
 
 
+def test_torch_statistics_answer_under_pytorchs_keys():
+    from cudapmr import _torch_stats as stats
+
+    malloc, free = torch_entry_points()
+    host = cudapmr.HostMemoryResource(capacity=4096)
+    cudapmr._cudapmr._torch_set_resource(61, host)  # a device no machine has
+    try:
+        first, second = malloc(1000, 61, None), malloc(2000, 61, None)
+        assert malloc(5000, 61, None) is None  # past the capacity: refused
+        free(first, 1000, 61, None)
+        got = stats.memory_stats(61)
+        for name in ("allocated_bytes", "active_bytes", "requested_bytes"):
+            assert [got[f"{name}.all.{k}"] for k in ("current", "peak", "allocated", "freed")] == [2000, 3000, 3000, 1000]
+        for name in ("allocation", "active"):
+            assert [got[f"{name}.all.{k}"] for k in ("current", "peak", "allocated", "freed")] == [1, 2, 2, 1]
+        assert got["num_ooms"] == 1
+        stats.reset_peak_memory_stats(61)
+        got = stats.memory_stats(61)
+        assert (got["allocation.all.peak"], got["allocated_bytes.all.peak"]) == (1, 2000)
+        stats.reset_accumulated_memory_stats("cuda:61")
+        got = stats.memory_stats(61)
+        assert (got["allocation.all.allocated"], got["allocated_bytes.all.freed"], got["num_ooms"]) == (0, 0, 0)
+        assert got["allocation.all.current"] == 1  # what is alive stays counted
+        free(second, 2000, 61, None)
+    finally:
+        cudapmr._cudapmr._torch_set_resource(61, None)
+    with pytest.raises(ValueError, match="'cpu'"):
+        stats.memory_stats("cpu")
+
+
+def test_torch_snapshot_lists_the_live_blocks_and_the_recorded_history_in_pytorchs_format(tmp_path):
+    import pickle
+
+    from cudapmr import _torch_stats as stats
+
+    malloc, free = torch_entry_points()
+    host = cudapmr.HostMemoryResource(capacity=4096)
+    cudapmr._cudapmr._torch_set_resource(60, host)
+    try:
+        untraced = malloc(100, 60, None)  # before the history: listed alive, not in the trace
+        stats.record_memory_history(max_entries=100)
+        first, second = malloc(1000, 60, None), malloc(2000, 60, None)
+        assert malloc(5000, 60, None) is None
+        free(first, 1000, 60, None)
+        taken = stats.snapshot(60)
+        assert {"segments", "device_traces", "external_annotations"} <= taken.keys()
+        blocks = [(b["address"], b["size"], b["state"]) for s in taken["segments"] for b in s["blocks"]]
+        assert blocks == [(untraced, 100, "active_allocated"), (second, 2000, "active_allocated")]
+        assert all(s["device"] == 60 and s["total_size"] == s["blocks"][0]["size"] for s in taken["segments"])
+        trace = taken["device_traces"][60]
+        assert [(e["action"], e["size"]) for e in trace] == [
+            ("segment_alloc", 1000), ("alloc", 1000), ("segment_alloc", 2000), ("alloc", 2000), ("oom", 5000),
+            ("free_requested", 1000), ("free_completed", 1000), ("segment_free", 1000)]
+        assert [e["addr"] for e in trace if e["action"] == "alloc"] == [first, second]
+        assert stats.memory_snapshot() == stats.snapshot()["segments"] == taken["segments"]
+        path = tmp_path / "snapshot.pickle"
+        stats.dump_snapshot(str(path))
+        with open(path, "rb") as file:
+            assert pickle.load(file)["device_traces"][60] == trace
+        stats.record_memory_history(max_entries=2)  # keeps the last two events: the refusal and the free
+        assert [e["action"] for e in stats.snapshot(60)["device_traces"][60]] == [
+            "oom", "free_requested", "free_completed", "segment_free"]
+        stats.record_memory_history(enabled=None)  # off: the history goes, the live blocks stay
+        taken = stats.snapshot(60)
+        assert taken["device_traces"][60] == [] and len(taken["segments"]) == 2
+        free(second, 2000, 60, None)
+        free(untraced, 100, 60, None)
+        assert stats.snapshot(60)["segments"] == []
+    finally:
+        stats.record_memory_history(enabled=None)
+        cudapmr._cudapmr._torch_set_resource(60, None)
+    for bad in ({"enabled": "sometimes"}, {"context": "frames"}, {"stacks": "rust"}, {"max_entries": 0}):
+        with pytest.raises(ValueError, match=repr(next(iter(bad.values())))):
+            stats.record_memory_history(**bad)
+    with pytest.raises(ValueError, match="device 64"):
+        stats.snapshot(64)
+
+
 def test_torch_init_hook_marks_the_current_allocator_and_until_then_a_refusal_is_null():
     """PyTorch initializes only its current allocator, with the device count;
     until then (as in a MemPool) a refusal hands PyTorch a null to retry on.

@@ -172,6 +172,51 @@ def statistics():
     assert plugin.max_memory_reserved() >= plugin.memory_reserved()
 
 
+def snapshot():
+    """``cudapmr.torch``'s snapshot, in PyTorch's format, lists the tensors
+    alive and the history recorded since ``record_memory_history``; the
+    dumped file is what PyTorch's own viewer renders."""
+    torch, plugin = install()
+    import os
+    import pickle
+    import tempfile
+
+    from torch.cuda import _memory_viz
+
+    plugin._record_memory_history(max_entries=10_000)
+    kept = torch.empty(3 * MIB, dtype=torch.uint8, device="cuda")
+    dropped = torch.empty(5 * MIB, dtype=torch.uint8, device="cuda")
+    address = dropped.data_ptr()
+    del dropped
+    taken = plugin._snapshot()
+    assert {"segments", "device_traces"} <= taken.keys(), taken.keys()
+    blocks = [block for segment in taken["segments"] for block in segment["blocks"]]
+    assert any(b["address"] == kept.data_ptr() and b["size"] == 3 * MIB and b["state"] == "active_allocated"
+               for b in blocks), blocks
+    assert all(b["address"] != address for b in blocks), "a freed tensor is still listed"
+    trace = taken["device_traces"][torch.cuda.current_device()]
+    actions = [(entry["action"], entry["size"]) for entry in trace]
+    assert ("alloc", 3 * MIB) in actions and ("alloc", 5 * MIB) in actions and ("free_requested", 5 * MIB) in actions, actions
+    assert plugin.memory_snapshot() == taken["segments"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "snapshot.pickle")
+        plugin._dump_snapshot(path)
+        with open(path, "rb") as file:
+            dumped = pickle.load(file)
+        assert [s["address"] for s in dumped["segments"]] == [s["address"] for s in taken["segments"]]
+    # PyTorch's viewer takes it as it takes its own.
+    assert "<html" in _memory_viz.trace_plot(dumped).lower()
+    assert "<html" in _memory_viz.segment_plot(dumped).lower()
+    plugin._record_memory_history(enabled=None)
+    assert not any(plugin._snapshot()["device_traces"]), "the history was kept after recording stopped"
+    stats = plugin.memory_stats()
+    assert stats["allocation.all.allocated"] - stats["allocation.all.freed"] == stats["allocation.all.current"]
+    assert stats["allocated_bytes.all.allocated"] >= 8 * MIB and stats["allocated_bytes.all.freed"] >= 5 * MIB
+    plugin.reset_accumulated_memory_stats()
+    assert plugin.memory_stats()["allocation.all.allocated"] == 0
+    del kept
+
+
 def capture():
     """A graph that allocates, uses and frees temporaries is captured over
     the stack and replayed 200 times with the right results and the device
@@ -371,7 +416,7 @@ def pool_out_of_memory():
 
 
 SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, out_of_memory,
-                                                          statistics, capture, init_hook, pool_out_of_memory,
+                                                          statistics, snapshot, capture, init_hook, pool_out_of_memory,
                                                           pool_graph, pool_statistics, pool_compile, one_stack_for_all)}
 
 if __name__ == "__main__":

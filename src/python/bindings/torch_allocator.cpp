@@ -11,12 +11,17 @@
 #include <cudapmr/detail/stream_ordering.hpp>
 #include <cudapmr/device.hpp>
 #include <cudapmr/error.hpp>
+#include <cudapmr/memory_snapshot.hpp>
+#include <cudapmr/snapshot_export.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <deque>
 #include <exception>
+#include <iterator>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -47,9 +52,72 @@ struct torch_block {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::vector<cudaStream_t> used_on;
+  /// When it was handed out (steady clock, ns), for the snapshot's order.
+  std::uint64_t time_ns = 0;
 };
 std::mutex blocks_mutex;
 std::unordered_map<void*, torch_block> blocks;
+
+std::uint64_t now_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+/// PyTorch's counts of one device that only the bridge can keep (its
+/// memory_stats keys "allocation.all.*", "allocated_bytes.all.allocated" and
+/// "freed", "num_ooms"). Guarded by blocks_mutex.
+struct device_counts {
+  std::size_t blocks = 0;
+  std::size_t peak_blocks = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t bytes_allocated = 0;
+  std::uint64_t bytes_freed = 0;
+  std::uint64_t refusals = 0;
+};
+
+/// The bridge's history of PyTorch's allocations, frees and refusals, for
+/// cudapmr.torch's snapshots: PyTorch's own _record_memory_history does not
+/// reach a pluggable allocator. Off (a limit of 0) until cudapmr.torch turns
+/// it on; past the limit the oldest events go. Guarded by blocks_mutex.
+struct device_event {
+  int device = 0;
+  history_event event;
+};
+struct recorded_history {
+  std::size_t limit = 0;
+  std::deque<device_event> events;
+  std::uint64_t dropped = 0;
+  std::uint64_t sequence = 0;
+};
+
+// Guarded by blocks_mutex, as the blocks are.
+std::array<device_counts, max_devices> counts;
+recorded_history history;
+
+/// Adds an event to the history where it is on; the caller holds blocks_mutex.
+/// A history that cannot grow drops the event (counted): recording never
+/// fails an allocation or a free.
+void record_event(int device, history_action action, void* pointer, std::size_t bytes, cudaStream_t stream) noexcept {
+  if (history.limit == 0) return;
+  try {
+    while (history.events.size() >= history.limit) {
+      history.events.pop_front();
+      ++history.dropped;
+    }
+    history_event event;
+    event.action = action;
+    event.sequence = ++history.sequence;
+    event.time_ns = now_ns();
+    event.pointer = pointer;
+    event.bytes = bytes;
+    event.alignment = default_alignment;
+    event.stream = stream_ref(stream);
+    history.events.push_back({device, std::move(event)});
+  } catch (...) {
+    ++history.dropped;
+  }
+}
 
 /// Bytes each device's blocks hold, and the most they held.
 std::array<std::atomic<std::size_t>, max_devices> bytes_in_use{};
@@ -70,7 +138,6 @@ struct memory_fraction {
 std::array<memory_fraction, max_devices> fractions;
 
 /// Counts of the hooks' work, for cudapmr.torch's statistics.
-std::atomic<std::uint64_t> refused_allocations{0};
 std::atomic<std::uint64_t> frees_after_other_streams{0};
 std::atomic<std::uint64_t> empty_cache_calls{0};
 
@@ -176,6 +243,64 @@ void free_after_uses(void* pointer, const torch_block& block, cudaStream_t strea
   block.resource->deallocate_async(pointer, block.bytes, stream);
 }
 
+/// The bridge's view of `device`, or for -1 of every device with a registered
+/// resource, blocks or recorded events, as the snapshots the exporters read:
+/// the bridge first among the resources (the tensors' bytes on PyTorch's
+/// device), the registered resource's stack below it, the tensors' blocks as
+/// the live blocks (oldest first) and the recorded history as the events.
+std::vector<memory_snapshot> bridge_snapshots(int device) {
+  std::vector<memory_snapshot> taken;
+  {
+    const std::lock_guard lock(blocks_mutex);
+    std::array<bool, max_devices> has_events{};
+    for (const device_event& recorded : history.events) has_events[static_cast<std::size_t>(recorded.device)] = true;
+    for (int d = 0; d < max_devices; ++d) {
+      const auto slot = static_cast<std::size_t>(d);
+      const bool wanted =
+          device == -1 ? resource_of(d) != nullptr || counts[slot].blocks > 0 || has_events[slot] : d == device;
+      if (!wanted) continue;
+      memory_snapshot& stack = taken.emplace_back();
+      stack.time_ns = now_ns();
+      resource_state bridge;
+      bridge.name = "cudapmr.torch bridge (PyTorch's tensors)";
+      bridge.kind = memory_kind::device;
+      bridge.device = d;
+      bridge.used_bytes = bytes_in_use[slot].load(std::memory_order_relaxed);
+      bridge.peak_used_bytes = peak_bytes[slot].load(std::memory_order_relaxed);
+      if (const std::size_t cap = fractions[slot].cap.load(std::memory_order_relaxed);
+          cap != std::numeric_limits<std::size_t>::max())
+        bridge.cap_bytes = cap;
+      stack.resources.push_back(std::move(bridge));
+      for (const auto& [pointer, block] : blocks) {
+        if (block.device != d) continue;
+        allocation_record& record = stack.live_blocks.emplace_back();
+        record.pointer = pointer;
+        record.bytes = block.bytes;
+        record.alignment = default_alignment;
+        record.stream = stream_ref(block.stream);
+        record.time_ns = block.time_ns;
+      }
+      std::sort(stack.live_blocks.begin(), stack.live_blocks.end(),
+                [](const allocation_record& a, const allocation_record& b) { return a.time_ns < b.time_ns; });
+      for (std::size_t i = 0; i < stack.live_blocks.size(); ++i) stack.live_blocks[i].sequence = i + 1;
+      stack.live_blocks_complete = true;
+      for (const device_event& recorded : history.events)
+        if (recorded.device == d) stack.events.push_back(recorded.event);
+      stack.events_dropped = history.dropped;
+    }
+  }
+  // The registered resources' own states, outside the bridge's lock: reading
+  // them takes their locks.
+  for (memory_snapshot& stack : taken) {
+    if (stream_ordered_resource* resource = resource_of(stack.resources.front().device)) {
+      std::vector<resource_state> below = snapshot(*resource).resources;
+      stack.resources.insert(stack.resources.end(), std::make_move_iterator(below.begin()),
+                             std::make_move_iterator(below.end()));
+    }
+  }
+  return taken;
+}
+
 }  // namespace
 
 void bind_torch_allocator(nb::module_& module) {
@@ -213,8 +338,55 @@ void bind_torch_allocator(nb::module_& module) {
         if (!valid_device(device)) throw nb::value_error(("device " + std::to_string(device) + " is out of range").c_str());
         const auto slot = static_cast<std::size_t>(device);
         peak_bytes[slot].store(bytes_in_use[slot].load(std::memory_order_relaxed), std::memory_order_relaxed);
+        const std::lock_guard lock(blocks_mutex);
+        counts[slot].peak_blocks = counts[slot].blocks;
       },
       "device_id"_a);
+  module.def(
+      "_torch_reset_accumulated",
+      [](int device) {
+        if (!valid_device(device)) throw nb::value_error(("device " + std::to_string(device) + " is out of range").c_str());
+        const std::lock_guard lock(blocks_mutex);
+        device_counts& counted = counts[static_cast<std::size_t>(device)];
+        counted.allocations = counted.frees = counted.bytes_allocated = counted.bytes_freed = counted.refusals = 0;
+      },
+      "device_id"_a);
+  module.def(
+      "_torch_record_history",
+      [](std::int64_t max_entries) {
+        if (max_entries < 0)
+          throw nb::value_error(("max_entries " + std::to_string(max_entries) + " is negative").c_str());
+        const std::lock_guard lock(blocks_mutex);
+        history.limit = static_cast<std::size_t>(max_entries);
+        if (history.limit == 0) {  // off: what was recorded goes, as PyTorch's enabled=None does
+          history.events.clear();
+          history.dropped = 0;
+        }
+        while (history.events.size() > history.limit) {
+          history.events.pop_front();
+          ++history.dropped;
+        }
+      },
+      "max_entries"_a,
+      "Records the bridge's allocations, frees and refusals, keeping the last max_entries (0: off, "
+      "and what was recorded goes).");
+  module.def(
+      "_torch_snapshot",
+      [](int device) {
+        if (device != -1 && !valid_device(device))
+          throw nb::value_error(("device " + std::to_string(device) + " is outside 0.." +
+                                 std::to_string(max_devices - 1) + " (or -1 for every device)")
+                                    .c_str());
+        std::string pickled;
+        {
+          nb::gil_scoped_release unlocked;  // snapshot() takes the resources' locks
+          pickled = to_pytorch_pickle(bridge_snapshots(device));
+        }
+        return nb::bytes(pickled.data(), pickled.size());
+      },
+      "device_id"_a,
+      "The bridge's blocks and history as PyTorch's memory snapshot pickle (torch.cuda.memory._snapshot()'s "
+      "format): one device's, or every device's that has a registered resource, blocks or events (-1).");
   module.def(
       "_torch_bridge_state",
       [](int device) {
@@ -223,25 +395,28 @@ void bind_torch_allocator(nb::module_& module) {
                                  std::to_string(max_devices - 1))
                                     .c_str());
         const auto slot = static_cast<std::size_t>(device);
-        std::size_t blocks_held = 0;
         std::size_t blocks_with_other_streams = 0;
+        device_counts counted;
         {
           const std::lock_guard lock(blocks_mutex);
-          for (const auto& [pointer, block] : blocks) {
-            if (block.device != device) continue;
-            ++blocks_held;
-            if (!block.used_on.empty()) ++blocks_with_other_streams;
-          }
+          for (const auto& [pointer, block] : blocks)
+            if (block.device == device && !block.used_on.empty()) ++blocks_with_other_streams;
+          counted = counts[slot];
         }
         nb::dict state;
         state["bytes"] = bytes_in_use[slot].load(std::memory_order_relaxed);
         state["peak_bytes"] = peak_bytes[slot].load(std::memory_order_relaxed);
-        state["blocks"] = blocks_held;
+        state["blocks"] = counted.blocks;
         state["blocks_used_on_other_streams"] = blocks_with_other_streams;
         state["memory_fraction"] = fractions[slot].fraction.load(std::memory_order_relaxed);
         const std::size_t cap = fractions[slot].cap.load(std::memory_order_relaxed);
         state["cap_bytes"] = cap == std::numeric_limits<std::size_t>::max() ? nb::none() : nb::cast(cap);
-        state["refused_allocations"] = refused_allocations.load(std::memory_order_relaxed);
+        state["refused_allocations"] = counted.refusals;
+        state["peak_blocks"] = counted.peak_blocks;
+        state["allocations"] = counted.allocations;
+        state["frees"] = counted.frees;
+        state["bytes_allocated"] = counted.bytes_allocated;
+        state["bytes_freed"] = counted.bytes_freed;
         state["frees_after_other_streams"] = frees_after_other_streams.load(std::memory_order_relaxed);
         state["empty_cache_calls"] = empty_cache_calls.load(std::memory_order_relaxed);
         state["current_allocator"] = is_current_allocator.load(std::memory_order_relaxed);
@@ -293,8 +468,13 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
       pointer = resource->allocate_async(bytes, stream);
       if (pointer != nullptr) {
         const std::lock_guard lock(bridge::blocks_mutex);
-        bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}});
+        bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}, bridge::now_ns()});
         bridge::raise_peak(slot, held + bytes);
+        bridge::device_counts& counted = bridge::counts[slot];
+        counted.peak_blocks = std::max(counted.peak_blocks, ++counted.blocks);
+        ++counted.allocations;
+        counted.bytes_allocated += bytes;
+        bridge::record_event(device, cudapmr::history_action::allocate, pointer, bytes, stream);
       }
     } catch (...) {
       if (pointer != nullptr) resource->deallocate_async(pointer, bytes, stream);  // its record could not be made
@@ -304,7 +484,11 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
     return pointer;
   } catch (const std::bad_alloc& error) {  // cudapmr::out_of_memory among them
     out_of_memory = true;
-    bridge::refused_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (bridge::valid_device(device)) {
+      const std::lock_guard lock(bridge::blocks_mutex);
+      ++bridge::counts[static_cast<std::size_t>(device)].refusals;
+      bridge::record_event(device, cudapmr::history_action::out_of_memory, nullptr, bytes, stream);
+    }
     keep(error.what());
   } catch (const std::exception& error) {
     keep(error.what());
@@ -341,6 +525,11 @@ extern "C" __attribute__((visibility("default"))) void cudapmr_torch_free(void* 
       block = std::move(entry->second);
       bridge::blocks.erase(entry);
       found = true;
+      bridge::device_counts& counted = bridge::counts[static_cast<std::size_t>(block.device)];
+      --counted.blocks;
+      ++counted.frees;
+      counted.bytes_freed += block.bytes;
+      bridge::record_event(block.device, cudapmr::history_action::free, pointer, block.bytes, stream);
     }
   }
   if (!found) {

@@ -32,11 +32,16 @@ registered resources:
 - ``torch.cuda.set_per_process_memory_fraction(f, d)``: the blocks of device
   ``d`` may hold at most ``f`` of its memory; past it allocations are refused.
 
-PyTorch's own statistics calls raise with a pluggable current allocator;
-``memory_stats``, ``memory_allocated``, ``max_memory_allocated``,
-``memory_reserved``, ``max_memory_reserved``, ``reset_peak_memory_stats``
-and ``memory_fraction`` here answer under PyTorch's names, from the bridge's
-counts and the registered resource's ``state()``.
+PyTorch's own statistics calls raise with a pluggable current allocator,
+and its snapshots see none of its blocks; here ``memory_stats``,
+``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``,
+``max_memory_reserved``, ``reset_peak_memory_stats``,
+``reset_accumulated_memory_stats`` and ``memory_fraction`` answer under
+PyTorch's names and keys, from the bridge's counts and the registered
+resource's ``state()``; ``_record_memory_history``, ``_snapshot``,
+``memory_snapshot`` and ``_dump_snapshot`` (also without the underscore)
+keep and write the bridge's history and blocks in PyTorch's snapshot format,
+which its viewer opens.
 
 A refused allocation leaves cudapmr's message on stderr and in
 ``last_error()``. Where the allocator ``allocator()`` returns is PyTorch's
@@ -53,10 +58,15 @@ import ctypes as _ctypes
 import torch as _torch
 
 from . import _cudapmr
+from ._torch_stats import (_dump_snapshot, _record_memory_history, _snapshot, dump_snapshot, max_memory_allocated,
+                           max_memory_reserved, memory_allocated, memory_fraction, memory_reserved, memory_snapshot,
+                           memory_stats, record_memory_history, reset_accumulated_memory_stats,
+                           reset_peak_memory_stats, snapshot)
 
 __all__ = ["allocator", "library_path", "MALLOC_NAME", "FREE_NAME", "last_error", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
-           "memory_fraction"]
+           "reset_accumulated_memory_stats", "memory_fraction", "record_memory_history", "snapshot",
+           "memory_snapshot", "dump_snapshot", "_record_memory_history", "_snapshot", "_dump_snapshot"]
 
 MALLOC_NAME = "cudapmr_torch_malloc"
 FREE_NAME = "cudapmr_torch_free"
@@ -105,73 +115,3 @@ def _set_hooks(hooks):
     for setter, entry_point in _HOOKS:
         if hasattr(hooks, setter):
             getattr(hooks, setter)(_ctypes.cast(getattr(library, entry_point), _ctypes.c_void_p).value)
-
-
-def _device(device):
-    if device is None:
-        return _cudapmr.current_device()
-    if isinstance(device, _torch.device):
-        return device.index if device.index is not None else _cudapmr.current_device()
-    return int(device)
-
-
-def _resource_state(device):
-    """The state of the resource registered for ``device``, or {} where none is."""
-    resource = _cudapmr._torch_resource(device)
-    return resource.state() if resource is not None else {}
-
-
-def memory_stats(device=None):
-    """PyTorch's ``memory_stats`` keys that the bridge and the registered
-    resource can answer for ``device`` (default: the current one):
-    ``allocated_bytes.all.current``/``.peak`` and ``allocation.all.current``
-    (the tensors' blocks), ``reserved_bytes.all.current``/``.peak`` (what the
-    resource holds from the device, where it says), ``num_ooms`` (refused
-    allocations), and cudapmr's own under ``cudapmr.*``."""
-    device = _device(device)
-    bridge = _cudapmr._torch_bridge_state(device)
-    state = _resource_state(device)
-    stats = {
-        "allocated_bytes.all.current": bridge["bytes"],
-        "allocated_bytes.all.peak": bridge["peak_bytes"],
-        "allocation.all.current": bridge["blocks"],
-        "num_ooms": bridge["refused_allocations"],
-        "cudapmr.blocks_used_on_other_streams": bridge["blocks_used_on_other_streams"],
-        "cudapmr.frees_after_other_streams": bridge["frees_after_other_streams"],
-        "cudapmr.empty_cache_calls": bridge["empty_cache_calls"],
-    }
-    if state.get("reserved_bytes") is not None:
-        stats["reserved_bytes.all.current"] = state["reserved_bytes"]
-    if state.get("peak_reserved_bytes") is not None:
-        stats["reserved_bytes.all.peak"] = state["peak_reserved_bytes"]
-    return stats
-
-
-def memory_allocated(device=None):
-    """Bytes the tensors of ``device`` hold through cudapmr (``torch.cuda.memory_allocated``)."""
-    return _cudapmr._torch_bridge_state(_device(device))["bytes"]
-
-
-def max_memory_allocated(device=None):
-    """The most ``memory_allocated`` was since the start or the last ``reset_peak_memory_stats``."""
-    return _cudapmr._torch_bridge_state(_device(device))["peak_bytes"]
-
-
-def memory_reserved(device=None):
-    """Bytes the registered resource holds from ``device`` (``torch.cuda.memory_reserved``); 0 where it cannot say."""
-    return _resource_state(_device(device)).get("reserved_bytes") or 0
-
-
-def max_memory_reserved(device=None):
-    """The most the registered resource held from ``device``; 0 where it cannot say."""
-    return _resource_state(_device(device)).get("peak_reserved_bytes") or 0
-
-
-def reset_peak_memory_stats(device=None):
-    """Starts ``max_memory_allocated`` again from what is allocated now."""
-    _cudapmr._torch_reset_peak(_device(device))
-
-
-def memory_fraction(device=None):
-    """The fraction set by ``torch.cuda.set_per_process_memory_fraction`` (1.0 where none was)."""
-    return _cudapmr._torch_bridge_state(_device(device))["memory_fraction"]

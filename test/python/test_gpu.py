@@ -418,3 +418,6 @@ def test_pinned_pools_are_on_the_numa_node_asked_for_and_by_default_near_the_dev
             assert located in (None, node)  # None only where the kernel does not answer
     anywhere = cudapmr.PinnedMemoryResource(cudapmr.PinnedMemoryResourceOptions(numa_node=cudapmr.ANY_NUMA_NODE))
     assert anywhere.numa_node is None and anywhere.placement_note == ""
+    if nearest is not None:  # the option as a keyword of the resource itself
+        keyword = cudapmr.PinnedMemoryResource(numa_node=nearest)
+        assert keyword.numa_node == (None if keyword.placement_note else nearest)

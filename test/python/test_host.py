@@ -638,3 +638,7 @@ def test_pinned_options_refuse_a_numa_node_the_machine_lacks_before_any_cuda_cal
     assert cudapmr.PinnedMemoryResourceOptions().numa_node is None
     with pytest.raises(ValueError, match="NUMA node 9999 is not one this process may use"):
         cudapmr.PinnedMemoryResource(options)
+    with pytest.raises(ValueError, match="NUMA node 9999 is not one this process may use"):
+        cudapmr.PinnedMemoryResource(numa_node=9999)  # the option as a keyword
+    with pytest.raises(ValueError, match="numa_node=0 and options.numa_node=9999 name different nodes"):
+        cudapmr.PinnedMemoryResource(options, numa_node=0)

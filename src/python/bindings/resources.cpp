@@ -293,7 +293,23 @@ void bind_kinds(nb::module_& module) {
   nb::class_<pinned_memory_resource, pool_resource>(
       module, "PinnedMemoryResource",
       "Pinned host memory that every device reaches: the default pinned pool, or an owned one with options.")
-      .def("__init__", &construct_kind<pinned_memory_resource, pinned_pool_options>, "options"_a.none() = nb::none())
+      .def(
+          "__init__",
+          [](pinned_memory_resource* self, std::optional<pinned_pool_options> options, std::optional<int> numa_node) {
+            if (numa_node) {  // the options' field as a keyword of its own: an owned pool on that node
+              if (options && options->numa_node && *options->numa_node != *numa_node)
+                throw nb::value_error(("numa_node=" + std::to_string(*numa_node) + " and options.numa_node=" +
+                                       std::to_string(*options->numa_node) + " name different nodes")
+                                          .c_str());
+              if (!options) options.emplace();
+              options->numa_node = numa_node;
+            }
+            construct_kind(self, options);
+          },
+          "options"_a.none() = nb::none(), nb::kw_only(), "numa_node"_a.none() = nb::none(),
+          "numa_node: an owned pool on that host NUMA node (ANY_NUMA_NODE: wherever the kernel puts the pages), "
+          "as PinnedMemoryResourceOptions(numa_node=) gives; None: as the options say (without options, the "
+          "default pinned pool of the node nearest the current device).")
       .def_prop_ro("numa_node", &pinned_memory_resource::numa_node,
                    "The host NUMA node the pool's pages are on; None where the kernel chooses (placement_note says why).");
 

@@ -550,9 +550,17 @@ def test_torch_snapshot_lists_the_live_blocks_and_the_recorded_history_in_pytorc
         stats.dump_snapshot(str(path))
         with open(path, "rb") as file:
             assert pickle.load(file)["device_traces"][60] == trace
+        oom = next(e for e in trace if e["action"] == "oom")
+        assert oom["device_free"] == 0  # a device no machine has: CUDA cannot say
         stats.record_memory_history(max_entries=2)  # keeps the last two events: the refusal and the free
         assert [e["action"] for e in stats.snapshot(60)["device_traces"][60]] == [
             "oom", "free_requested", "free_completed", "segment_free"]
+        stats.record_memory_history(max_entries=2, clear_history=True)  # on, with nothing kept
+        assert stats.snapshot(60)["device_traces"][60] == []
+        stats.record_memory_history(True, trace_alloc_max_entries=10)  # PyTorch's older form
+        again = malloc(10, 60, None)
+        free(again, 10, 60, None)
+        assert len(stats.snapshot(60)["device_traces"][60]) == 5
         stats.record_memory_history(enabled=None)  # off: the history goes, the live blocks stay
         taken = stats.snapshot(60)
         assert taken["device_traces"][60] == [] and len(taken["segments"]) == 2
@@ -562,11 +570,14 @@ def test_torch_snapshot_lists_the_live_blocks_and_the_recorded_history_in_pytorc
     finally:
         stats.record_memory_history(enabled=None)
         cudapmr._cudapmr._torch_set_resource(60, None)
-    for bad in ({"enabled": "sometimes"}, {"context": "frames"}, {"stacks": "rust"}, {"max_entries": 0}):
+    for bad in ({"enabled": "sometimes"}, {"enabled": 1}, {"context": "frames"}, {"stacks": "rust"},
+                {"max_entries": 0}):
         with pytest.raises(ValueError, match=repr(next(iter(bad.values())))):
             stats.record_memory_history(**bad)
     with pytest.raises(ValueError, match="device 64"):
         stats.snapshot(64)
+    with pytest.raises(ValueError, match="device -1"):
+        stats.snapshot(-1)
 
 
 def test_torch_init_hook_marks_the_current_allocator_and_until_then_a_refusal_is_null():

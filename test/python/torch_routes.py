@@ -204,9 +204,10 @@ def snapshot():
         with open(path, "rb") as file:
             dumped = pickle.load(file)
         assert [s["address"] for s in dumped["segments"]] == [s["address"] for s in taken["segments"]]
-    # PyTorch's viewer takes it as it takes its own.
-    assert "<html" in _memory_viz.trace_plot(dumped).lower()
-    assert "<html" in _memory_viz.segment_plot(dumped).lower()
+    # PyTorch's own readers take it: segsum checks that each segment's blocks
+    # add up, trace replays the history's entries.
+    assert isinstance(_memory_viz.segsum(dumped), str)
+    assert isinstance(_memory_viz.trace(dumped), str)
     plugin._record_memory_history(enabled=None)
     assert not any(plugin._snapshot()["device_traces"]), "the history was kept after recording stopped"
     stats = plugin.memory_stats()

@@ -24,6 +24,7 @@
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -56,7 +57,9 @@ struct torch_block {
   std::uint64_t time_ns = 0;
 };
 std::mutex blocks_mutex;
-std::unordered_map<void*, torch_block> blocks;
+// Never destroyed, as the history below: PyTorch frees tensors as late as
+// the interpreter's shutdown, after static destructors may have run.
+std::unordered_map<void*, torch_block>& blocks = *new std::unordered_map<void*, torch_block>();
 
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(
@@ -77,9 +80,10 @@ struct device_counts {
 };
 
 /// The bridge's history of PyTorch's allocations, frees and refusals, for
-/// cudapmr.torch's snapshots: PyTorch's own _record_memory_history does not
-/// reach a pluggable allocator. Off (a limit of 0) until cudapmr.torch turns
-/// it on; past the limit the oldest events go. Guarded by blocks_mutex.
+/// cudapmr.torch's snapshots: PyTorch's own _record_memory_history raises for
+/// a pluggable allocator. Off (a limit of 0) until cudapmr.torch turns it on;
+/// past the limit the oldest events go. One history for every device.
+/// Guarded by blocks_mutex.
 struct device_event {
   int device = 0;
   history_event event;
@@ -93,12 +97,16 @@ struct recorded_history {
 
 // Guarded by blocks_mutex, as the blocks are.
 std::array<device_counts, max_devices> counts;
-recorded_history history;
+recorded_history& history = *new recorded_history();
+/// Whether the history is on, read without the lock by a refusal, which
+/// asks CUDA for the device's free memory only then.
+std::atomic<bool> recording{false};
 
 /// Adds an event to the history where it is on; the caller holds blocks_mutex.
 /// A history that cannot grow drops the event (counted): recording never
 /// fails an allocation or a free.
-void record_event(int device, history_action action, void* pointer, std::size_t bytes, cudaStream_t stream) noexcept {
+void record_event(int device, history_action action, void* pointer, std::size_t bytes, cudaStream_t stream,
+                  std::optional<std::size_t> device_free_bytes = std::nullopt) noexcept {
   if (history.limit == 0) return;
   try {
     while (history.events.size() >= history.limit) {
@@ -113,6 +121,7 @@ void record_event(int device, history_action action, void* pointer, std::size_t 
     event.bytes = bytes;
     event.alignment = default_alignment;
     event.stream = stream_ref(stream);
+    event.device_free_bytes = device_free_bytes;
     history.events.push_back({device, std::move(event)});
   } catch (...) {
     ++history.dropped;
@@ -243,22 +252,33 @@ void free_after_uses(void* pointer, const torch_block& block, cudaStream_t strea
   block.resource->deallocate_async(pointer, block.bytes, stream);
 }
 
+/// The device's free memory where CUDA can say, for the history's "oom"
+/// entries (PyTorch's viewer shows it). Never throws; an error is cleared.
+std::optional<std::size_t> free_memory_of(int device) noexcept {
+  try {
+    const detail::scoped_device on_device(device);
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return free_bytes;
+    static_cast<void>(cudaGetLastError());
+  } catch (...) {  // no such device: nothing to say
+  }
+  return std::nullopt;
+}
+
 /// The bridge's view of `device`, or for -1 of every device with a registered
-/// resource, blocks or recorded events, as the snapshots the exporters read:
-/// the bridge first among the resources (the tensors' bytes on PyTorch's
-/// device), the registered resource's stack below it, the tensors' blocks as
-/// the live blocks (oldest first) and the recorded history as the events.
+/// resource, blocks or recorded events, as the snapshots the exporter reads:
+/// the bridge as the resource (PyTorch's device; the tensors' bytes), the
+/// tensors' blocks as the live blocks (oldest first) and the recorded history
+/// as the events. One pass over the blocks and one over the history.
 std::vector<memory_snapshot> bridge_snapshots(int device) {
+  std::array<std::optional<std::size_t>, max_devices> index_of{};  // a device's place in `taken`
   std::vector<memory_snapshot> taken;
-  {
-    const std::lock_guard lock(blocks_mutex);
-    std::array<bool, max_devices> has_events{};
-    for (const device_event& recorded : history.events) has_events[static_cast<std::size_t>(recorded.device)] = true;
-    for (int d = 0; d < max_devices; ++d) {
-      const auto slot = static_cast<std::size_t>(d);
-      const bool wanted =
-          device == -1 ? resource_of(d) != nullptr || counts[slot].blocks > 0 || has_events[slot] : d == device;
-      if (!wanted) continue;
+  const auto stack_of = [&](int d) -> memory_snapshot* {
+    const auto slot = static_cast<std::size_t>(d);
+    if (device != -1 && d != device) return nullptr;
+    if (!index_of[slot]) {
+      index_of[slot] = taken.size();
       memory_snapshot& stack = taken.emplace_back();
       stack.time_ns = now_ns();
       resource_state bridge;
@@ -271,33 +291,34 @@ std::vector<memory_snapshot> bridge_snapshots(int device) {
           cap != std::numeric_limits<std::size_t>::max())
         bridge.cap_bytes = cap;
       stack.resources.push_back(std::move(bridge));
-      for (const auto& [pointer, block] : blocks) {
-        if (block.device != d) continue;
-        allocation_record& record = stack.live_blocks.emplace_back();
-        record.pointer = pointer;
-        record.bytes = block.bytes;
-        record.alignment = default_alignment;
-        record.stream = stream_ref(block.stream);
-        record.time_ns = block.time_ns;
-      }
-      std::sort(stack.live_blocks.begin(), stack.live_blocks.end(),
-                [](const allocation_record& a, const allocation_record& b) { return a.time_ns < b.time_ns; });
-      for (std::size_t i = 0; i < stack.live_blocks.size(); ++i) stack.live_blocks[i].sequence = i + 1;
       stack.live_blocks_complete = true;
-      for (const device_event& recorded : history.events)
-        if (recorded.device == d) stack.events.push_back(recorded.event);
-      stack.events_dropped = history.dropped;
     }
+    return &taken[*index_of[slot]];
+  };
+  const std::lock_guard lock(blocks_mutex);
+  for (int d = 0; d < max_devices; ++d)
+    if (d == device || (device == -1 && resource_of(d) != nullptr)) stack_of(d);
+  for (const auto& [pointer, block] : blocks) {
+    memory_snapshot* stack = stack_of(block.device);
+    if (stack == nullptr) continue;
+    allocation_record& record = stack->live_blocks.emplace_back();
+    record.pointer = pointer;
+    record.bytes = block.bytes;
+    record.alignment = default_alignment;
+    record.stream = stream_ref(block.stream);
+    record.time_ns = block.time_ns;
   }
-  // The registered resources' own states, outside the bridge's lock: reading
-  // them takes their locks.
+  for (const device_event& recorded : history.events)
+    if (memory_snapshot* stack = stack_of(recorded.device)) stack->events.push_back(recorded.event);
   for (memory_snapshot& stack : taken) {
-    if (stream_ordered_resource* resource = resource_of(stack.resources.front().device)) {
-      std::vector<resource_state> below = snapshot(*resource).resources;
-      stack.resources.insert(stack.resources.end(), std::make_move_iterator(below.begin()),
-                             std::make_move_iterator(below.end()));
-    }
+    std::sort(stack.live_blocks.begin(), stack.live_blocks.end(),
+              [](const allocation_record& a, const allocation_record& b) { return a.time_ns < b.time_ns; });
+    for (std::size_t i = 0; i < stack.live_blocks.size(); ++i) stack.live_blocks[i].sequence = i + 1;
+    stack.events_dropped = history.dropped;
   }
+  std::sort(taken.begin(), taken.end(), [](const memory_snapshot& a, const memory_snapshot& b) {
+    return a.resources.front().device < b.resources.front().device;
+  });
   return taken;
 }
 
@@ -353,12 +374,13 @@ void bind_torch_allocator(nb::module_& module) {
       "device_id"_a);
   module.def(
       "_torch_record_history",
-      [](std::int64_t max_entries) {
+      [](std::int64_t max_entries, bool clear) {
         if (max_entries < 0)
           throw nb::value_error(("max_entries " + std::to_string(max_entries) + " is negative").c_str());
         const std::lock_guard lock(blocks_mutex);
         history.limit = static_cast<std::size_t>(max_entries);
-        if (history.limit == 0) {  // off: what was recorded goes, as PyTorch's enabled=None does
+        recording.store(history.limit != 0, std::memory_order_relaxed);
+        if (clear || history.limit == 0) {  // off: what was recorded goes, as PyTorch's enabled=None does
           history.events.clear();
           history.dropped = 0;
         }
@@ -367,9 +389,9 @@ void bind_torch_allocator(nb::module_& module) {
           ++history.dropped;
         }
       },
-      "max_entries"_a,
-      "Records the bridge's allocations, frees and refusals, keeping the last max_entries (0: off, "
-      "and what was recorded goes).");
+      "max_entries"_a, "clear"_a = false,
+      "Records the bridge's allocations, frees and refusals, keeping the last max_entries (0: off, and what "
+      "was recorded goes; clear: it goes now, recording or not).");
   module.def(
       "_torch_snapshot",
       [](int device) {
@@ -468,7 +490,13 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
       pointer = resource->allocate_async(bytes, stream);
       if (pointer != nullptr) {
         const std::lock_guard lock(bridge::blocks_mutex);
-        bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}, bridge::now_ns()});
+        const bool inserted =
+            bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}, bridge::now_ns()})
+                .second;
+        if (!inserted) {  // a block the resource handed out twice: counted once, freed once
+          bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
+          return pointer;
+        }
         bridge::raise_peak(slot, held + bytes);
         bridge::device_counts& counted = bridge::counts[slot];
         counted.peak_blocks = std::max(counted.peak_blocks, ++counted.blocks);
@@ -485,9 +513,12 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
   } catch (const std::bad_alloc& error) {  // cudapmr::out_of_memory among them
     out_of_memory = true;
     if (bridge::valid_device(device)) {
+      const std::optional<std::size_t> free_bytes = bridge::recording.load(std::memory_order_relaxed)
+                                                        ? bridge::free_memory_of(device)
+                                                        : std::nullopt;
       const std::lock_guard lock(bridge::blocks_mutex);
       ++bridge::counts[static_cast<std::size_t>(device)].refusals;
-      bridge::record_event(device, cudapmr::history_action::out_of_memory, nullptr, bytes, stream);
+      bridge::record_event(device, cudapmr::history_action::out_of_memory, nullptr, bytes, stream, free_bytes);
     }
     keep(error.what());
   } catch (const std::exception& error) {

@@ -3,7 +3,7 @@
 PyTorch: the statistics under ``torch.cuda.memory_stats``' keys and the
 memory snapshot in ``torch.cuda.memory._snapshot()``'s format, from the
 bridge's own counts and history and the registered resource's ``state()``.
-PyTorch's own calls raise (statistics) or see nothing (snapshots) while a
+PyTorch's own statistics, snapshot and history calls raise while a
 pluggable allocator is its current one."""
 
 import pickle as _pickle
@@ -12,7 +12,7 @@ import sys as _sys
 from . import _cudapmr
 
 # _record_memory_history's arguments PyTorch accepts.
-_ENABLED = (None, False, True, "state", "all")
+_ENABLED = (None, "state", "all")  # and the legacy bools
 _CONTEXTS = (None, "state", "alloc", "all")
 _STACKS = ("python", "cpp", "all")
 
@@ -31,6 +31,8 @@ def _device(device):
         if device.type != "cuda":
             raise ValueError(f"device {device}: expected a CUDA device")
         return device.index if device.index is not None else _cudapmr.current_device()
+    if isinstance(device, bool) or int(device) < 0:
+        raise ValueError(f"device {device!r}: expected a device ordinal (0 or more)")
     return int(device)
 
 
@@ -114,25 +116,38 @@ def memory_fraction(device=None):
     return _cudapmr._torch_bridge_state(_device(device))["memory_fraction"]
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=_sys.maxsize, device=None):
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=_sys.maxsize, device=None,
+                           clear_history=False, compile_context=False, global_record_annotations=False, *,
+                           trace_alloc_max_entries=None, trace_alloc_record_context=False):
     """``torch.cuda.memory._record_memory_history`` for the bridge: from now
-    on its allocations, frees and refusals (every device's) go into the
-    history that snapshots show in ``device_traces``, the last
-    ``max_entries`` of them. ``enabled`` None, False or "state" turns it off
-    and drops what was recorded (snapshots still list the live blocks).
-    ``context``, ``stacks`` and ``device`` are taken for PyTorch's signature:
-    the entries carry no call stacks (PyTorch gathers those inside its own
-    allocator, which a pluggable one bypasses)."""
-    if enabled not in _ENABLED:
-        raise ValueError(f"enabled={enabled!r}: expected one of {_ENABLED}")
+    on its allocations, frees and refusals (every device's, in one history)
+    go into what snapshots show in ``device_traces``: the last
+    ``max_entries`` of them, an allocation making two entries there
+    (``segment_alloc``, ``alloc``), a free three (``free_requested``,
+    ``free_completed``, ``segment_free``, all at the free; a free after
+    ``record_stream`` completes later on the GPU) and a refusal one (``oom``,
+    with the device's free memory). ``enabled`` None or "state" turns it off
+    and drops what was recorded (snapshots still list the live blocks);
+    ``clear_history`` drops it now. PyTorch's older form, ``enabled`` a bool
+    with ``trace_alloc_max_entries``, is taken too. ``context``, ``stacks``,
+    ``device``, ``compile_context``, ``global_record_annotations`` and
+    ``trace_alloc_record_context`` are taken for PyTorch's signature: the
+    entries carry no call stacks (PyTorch gathers them inside its own
+    allocator, which a pluggable one bypasses), and their ``time_us`` is
+    steady-clock time, not the wall clock's."""
+    if isinstance(enabled, bool):  # the legacy signature
+        if trace_alloc_max_entries is not None:
+            max_entries = trace_alloc_max_entries
+        enabled = "all" if enabled else None
+    elif not (enabled is None or (isinstance(enabled, str) and enabled in _ENABLED)):
+        raise ValueError(f"enabled={enabled!r}: expected None, 'state' or 'all' (or a bool)")
     if context not in _CONTEXTS:
         raise ValueError(f"context={context!r}: expected one of {_CONTEXTS}")
     if stacks not in _STACKS:
         raise ValueError(f"stacks={stacks!r}: expected one of {_STACKS}")
     if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
         raise ValueError(f"max_entries={max_entries!r}: expected a positive int")
-    on = enabled in (True, "all")
-    _cudapmr._torch_record_history(min(max_entries, _sys.maxsize) if on else 0)
+    _cudapmr._torch_record_history(min(max_entries, _sys.maxsize) if enabled == "all" else 0, bool(clear_history))
 
 
 def _snapshot(device=None):
@@ -143,7 +158,8 @@ def _snapshot(device=None):
     ``free_completed``, ``segment_alloc``, ``segment_free`` and ``oom``
     entries) and ``external_annotations``: the file format PyTorch's viewer
     (``python -m torch.cuda._memory_viz``, the memory_viz page) reads. Every
-    device's by default, or ``device``'s alone."""
+    device's by default (those with a registered resource, blocks or
+    history), or ``device``'s alone."""
     return _pickle.loads(_cudapmr._torch_snapshot(-1 if device is None else _device(device)))
 
 

@@ -32,8 +32,8 @@ registered resources:
 - ``torch.cuda.set_per_process_memory_fraction(f, d)``: the blocks of device
   ``d`` may hold at most ``f`` of its memory; past it allocations are refused.
 
-PyTorch's own statistics calls raise with a pluggable current allocator,
-and its snapshots see none of its blocks; here ``memory_stats``,
+PyTorch's own statistics, snapshot and history calls raise with a
+pluggable current allocator; here ``memory_stats``,
 ``memory_allocated``, ``max_memory_allocated``, ``memory_reserved``,
 ``max_memory_reserved``, ``reset_peak_memory_stats``,
 ``reset_accumulated_memory_stats`` and ``memory_fraction`` answer under

@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <iterator>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -53,13 +52,14 @@ struct torch_block {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::vector<cudaStream_t> used_on;
-  /// When it was handed out (steady clock, ns), for the snapshot's order.
-  std::uint64_t time_ns = 0;
+  /// Its place among the blocks handed out, for the snapshot's order.
+  std::uint64_t sequence = 0;
 };
 std::mutex blocks_mutex;
 // Never destroyed, as the history below: PyTorch frees tensors as late as
 // the interpreter's shutdown, after static destructors may have run.
 std::unordered_map<void*, torch_block>& blocks = *new std::unordered_map<void*, torch_block>();
+std::uint64_t blocks_handed_out = 0;  // guarded by blocks_mutex
 
 std::uint64_t now_ns() noexcept {
   return static_cast<std::uint64_t>(
@@ -83,6 +83,9 @@ struct device_counts {
 /// cudapmr.torch's snapshots: PyTorch's own _record_memory_history raises for
 /// a pluggable allocator. Off (a limit of 0) until cudapmr.torch turns it on;
 /// past the limit the oldest events go. One history for every device.
+/// Not a history_adaptor over the registered resource: the memory fraction's
+/// refusals happen here, before any resource, and PyTorch's default limit is
+/// unbounded, which that adaptor's ring, allocated whole, cannot follow.
 /// Guarded by blocks_mutex.
 struct device_event {
   int device = 0;
@@ -253,17 +256,13 @@ void free_after_uses(void* pointer, const torch_block& block, cudaStream_t strea
 }
 
 /// The device's free memory where CUDA can say, for the history's "oom"
-/// entries (PyTorch's viewer shows it). Never throws; an error is cleared.
+/// entries (PyTorch's viewer shows it). Never throws.
 std::optional<std::size_t> free_memory_of(int device) noexcept {
   try {
-    const detail::scoped_device on_device(device);
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return free_bytes;
-    static_cast<void>(cudaGetLastError());
-  } catch (...) {  // no such device: nothing to say
+    return cudapmr::device(device).free_memory();
+  } catch (...) {  // no such device, or CUDA cannot say: the entry goes without it
+    return std::nullopt;
   }
-  return std::nullopt;
 }
 
 /// The bridge's view of `device`, or for -1 of every device with a registered
@@ -306,14 +305,13 @@ std::vector<memory_snapshot> bridge_snapshots(int device) {
     record.bytes = block.bytes;
     record.alignment = default_alignment;
     record.stream = stream_ref(block.stream);
-    record.time_ns = block.time_ns;
+    record.sequence = block.sequence;
   }
   for (const device_event& recorded : history.events)
     if (memory_snapshot* stack = stack_of(recorded.device)) stack->events.push_back(recorded.event);
   for (memory_snapshot& stack : taken) {
     std::sort(stack.live_blocks.begin(), stack.live_blocks.end(),
-              [](const allocation_record& a, const allocation_record& b) { return a.time_ns < b.time_ns; });
-    for (std::size_t i = 0; i < stack.live_blocks.size(); ++i) stack.live_blocks[i].sequence = i + 1;
+              [](const allocation_record& a, const allocation_record& b) { return a.sequence < b.sequence; });
     stack.events_dropped = history.dropped;
   }
   std::sort(taken.begin(), taken.end(), [](const memory_snapshot& a, const memory_snapshot& b) {
@@ -401,7 +399,7 @@ void bind_torch_allocator(nb::module_& module) {
                                     .c_str());
         std::string pickled;
         {
-          nb::gil_scoped_release unlocked;  // snapshot() takes the resources' locks
+          nb::gil_scoped_release unlocked;  // it waits for the bridge's lock, which allocations hold
           pickled = to_pytorch_pickle(bridge_snapshots(device));
         }
         return nb::bytes(pickled.data(), pickled.size());
@@ -491,12 +489,14 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
       if (pointer != nullptr) {
         const std::lock_guard lock(bridge::blocks_mutex);
         const bool inserted =
-            bridge::blocks.emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}, bridge::now_ns()})
+            bridge::blocks
+                .emplace(pointer, bridge::torch_block{resource, bytes, device, stream, {}, bridge::blocks_handed_out + 1})
                 .second;
         if (!inserted) {  // a block the resource handed out twice: counted once, freed once
           bridge::bytes_in_use[slot].fetch_sub(bytes, std::memory_order_relaxed);
           return pointer;
         }
+        ++bridge::blocks_handed_out;
         bridge::raise_peak(slot, held + bytes);
         bridge::device_counts& counted = bridge::counts[slot];
         counted.peak_blocks = std::max(counted.peak_blocks, ++counted.blocks);

@@ -366,6 +366,70 @@ def test_tracking_adaptor_reports_leaks_and_bad_frees(host):
     assert tracked.outstanding_count == 0
 
 
+def test_history_adaptor_keeps_the_latest_events_and_named_regions(host):
+    history = cudapmr.HistoryAdaptor(host, capacity=4)
+    with history.annotate("phase"):
+        pointer = history.allocate_raw(1000)
+        history.deallocate_raw(pointer, 1000)
+    events = history.events()
+    assert [(e["action"], e["ptr"], e["nbytes"], e["stream"]) for e in events] == [
+        ("allocate", pointer, 1000, 0), ("free", pointer, 1000, 0), ("free_completed", pointer, 1000, 0)]
+    assert [e["sequence"] for e in events] == [1, 2, 3] and events[0]["call_stack"] == []
+    assert [(a["name"], a["stage"]) for a in history.annotations()] == [("phase", "begin"), ("phase", "end")]
+    history.deallocate_raw(history.allocate_raw(8), 8)  # six events in a ring of four
+    assert (history.capacity, history.recorded, history.dropped) == (4, 6, 2)
+    assert [e["sequence"] for e in history.events()] == [3, 4, 5, 6]
+    with pytest.raises(ValueError, match="capacity of 1099511627776 events"):
+        cudapmr.HistoryAdaptor(host, capacity=1 << 40)
+
+
+def test_a_refusal_through_a_history_adaptor_carries_the_stacks_report():
+    history = cudapmr.HistoryAdaptor(cudapmr.HostMemoryResource(capacity=1 << 20))
+    kept = history.allocate_raw(4096)
+    with pytest.raises(cudapmr.OutOfMemoryError) as refused:
+        history.allocate_raw(2 << 20)
+    assert refused.value.requested_bytes == 2 << 20
+    assert refused.value.report.startswith("out-of-memory report: 2 MiB (2097152 bytes")
+    assert "live: 4 KiB in 1 block\n" in refused.value.report and refused.value.report in str(refused.value)
+    assert history.events()[-1]["action"] == "out_of_memory"
+    history.deallocate_raw(kept, 4096)
+    with pytest.raises(cudapmr.OutOfMemoryError) as unexplained:  # no history in the stack: no report
+        cudapmr.LimitingAdaptor(cudapmr.HostMemoryResource(), 16).allocate_raw(64)
+    assert unexplained.value.report is None
+
+
+def test_snapshot_of_a_stack_in_each_format(host, tmp_path):
+    import json
+    import pickle
+    history = cudapmr.HistoryAdaptor(cudapmr.CachingResource(host))
+    counted = cudapmr.StatisticsAdaptor(history)
+    with history.annotate("step"):
+        live = counted.allocate_raw(3000)
+    taken = cudapmr.snapshot(counted)
+    assert taken["format"] == "cudapmr-memory-snapshot" and len(taken["stacks"]) == 1
+    stack = taken["stacks"][0]
+    assert [r["name"].split(" ")[0] for r in stack["resources"]] == [
+        "statistics_adaptor", "history_adaptor", "caching_resource", "host_memory_resource"]
+    assert stack["resources"][0]["statistics"]["bytes"]["current"] == 3000
+    assert [(b["address"], b["bytes"]) for b in stack["live_blocks"]] == [(live, 3000)]
+    assert [a["name"] for a in stack["annotations"]] == ["step", "step"]
+    cudapmr.dump_snapshot(counted, tmp_path / "run.pickle")
+    with open(tmp_path / "run.pickle", "rb") as file:
+        pytorch = pickle.load(file)
+    assert [(s["address"], s["total_size"]) for s in pytorch["segments"]] == [(live, 3000)]
+    cudapmr.dump_snapshot(counted, str(tmp_path / "run.json"))
+    assert json.loads((tmp_path / "run.json").read_text())["stacks"][0]["live_blocks"] == stack["live_blocks"]
+    cudapmr.dump_snapshot(counted, tmp_path / "run.trace", format="chrome")
+    assert "traceEvents" in json.loads((tmp_path / "run.trace").read_text())
+    (tmp_path / "kept.json").write_text("kept")
+    with pytest.raises(ValueError, match="'kept.txt'|suffix '.txt'"):
+        cudapmr.dump_snapshot(counted, tmp_path / "kept.txt")
+    with pytest.raises(ValueError, match='format "yaml" is none of'):
+        cudapmr.dump_snapshot(counted, tmp_path / "kept.json", format="yaml")
+    assert (tmp_path / "kept.json").read_text() == "kept"  # a refused format writes nothing
+    counted.deallocate_raw(live, 3000)
+
+
 def test_logging_adaptor_writes_csv(host, tmp_path):
     path = tmp_path / "log.csv"
     logged = cudapmr.LoggingAdaptor(host, str(path))

@@ -82,6 +82,7 @@ struct python_buffer {
 void bind_streams(nanobind::module_& module);
 void bind_resources(nanobind::module_& module);
 void bind_buffer(nanobind::module_& module);
+void bind_observability(nanobind::module_& module);
 void bind_torch_allocator(nanobind::module_& module);
 
 }  // namespace cudapmr::python

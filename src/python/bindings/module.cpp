@@ -4,6 +4,7 @@
 
 #include <cudapmr/adaptors/tracking_adaptor.hpp>
 #include <cudapmr/error.hpp>
+#include <cudapmr/memory_snapshot.hpp>
 #include <cudapmr/version.hpp>
 
 namespace nb = nanobind;
@@ -31,6 +32,12 @@ void bind_errors(nb::module_& module) {
     } catch (const cudapmr::out_of_memory& failure) {
       nb::object instance = out_of_memory_error(failure.what());
       nb::setattr(instance, "requested_bytes", nb::int_(failure.requested_bytes()));
+      // The stack's state at the refusal, where a history adaptor explained it.
+      const out_of_memory_report* report = failure.report();
+      nb::object text = report ? nb::steal(PyUnicode_DecodeUTF8(report->text.data(),
+                                                              static_cast<Py_ssize_t>(report->text.size()), "replace"))
+                                : nb::none();
+      nb::setattr(instance, "report", text);
       PyErr_SetObject(out_of_memory_error.ptr(), instance.ptr());
     }
   });
@@ -48,5 +55,6 @@ NB_MODULE(_cudapmr, module) {
   cudapmr::python::bind_streams(module);
   cudapmr::python::bind_resources(module);
   cudapmr::python::bind_buffer(module);
+  cudapmr::python::bind_observability(module);
   cudapmr::python::bind_torch_allocator(module);
 }

@@ -22,6 +22,7 @@ from ._cudapmr import (
     DeviceMemoryResource,
     DeviceMemoryResourceOptions,
     DeviceStack,
+    HistoryAdaptor,
     HostMemoryResource,
     LimitingAdaptor,
     LoggingAdaptor,
@@ -61,5 +62,8 @@ from ._cudapmr import (
 )
 from ._current import get_current_device_resource, set_current_device_resource
 from ._frameworks import install_allocators
+from ._snapshots import dump_snapshot, snapshot
+
+OutOfMemoryError.report = None  # the text of the stack's state, where a HistoryAdaptor explained the refusal
 
 __all__ = [name for name in dir() if not name.startswith("_")] + ["__version__"]

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// The history adaptor and the snapshot of a whole stack, as Python sees them:
+// the same events, annotations and export formats as in C++.
+#include "bindings.hpp"
+
+#include <cudapmr/adaptors/history_adaptor.hpp>
+#include <cudapmr/memory_snapshot.hpp>
+#include <cudapmr/snapshot_export.hpp>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace cudapmr::python {
+namespace {
+
+nb::dict event_dict(const history_event& event) {
+  nb::dict result;
+  result["action"] = std::string(to_string(event.action));
+  result["sequence"] = event.sequence;
+  result["time_ns"] = event.time_ns;
+  result["thread"] = event.thread;
+  result["ptr"] = reinterpret_cast<std::uintptr_t>(event.pointer);
+  result["nbytes"] = event.bytes;
+  result["alignment"] = event.alignment;
+  result["stream"] = stream_int(event.stream);
+  nb::list frames;
+  for (void* frame : event.call_stack) frames.append(reinterpret_cast<std::uintptr_t>(frame));
+  result["call_stack"] = frames;
+  result["device_free_bytes"] =
+      event.device_free_bytes ? nb::object(nb::int_(*event.device_free_bytes)) : nb::none();
+  return result;
+}
+
+nb::dict annotation_dict(const history_annotation& annotation) {
+  nb::dict result;
+  result["name"] = annotation.name;
+  result["stage"] = annotation.stage == annotation_stage::begin ? "begin" : "end";
+  result["time_ns"] = annotation.time_ns;
+  result["thread"] = annotation.thread;
+  return result;
+}
+
+/// The stack under `top` in one of the three formats, as bytes.
+/// \throws nanobind::value_error naming the format when it is none of them.
+nb::bytes export_snapshot(const stream_ordered_resource& top, std::string_view format) {
+  if (format != "json" && format != "pickle" && format != "chrome")
+    throw nb::value_error(("snapshot format \"" + std::string(format) +
+                           "\" is none of \"json\", \"pickle\" (PyTorch's) or \"chrome\" (Perfetto's)")
+                              .c_str());
+  std::string exported;
+  {
+    nb::gil_scoped_release unlocked;  // the resources' locks, and a symbolizer with call stacks
+    const memory_snapshot taken = snapshot(top);
+    exported = format == "json" ? to_json(taken) : format == "pickle" ? to_pytorch_pickle(taken) : to_chrome_trace(taken);
+  }
+  return nb::bytes(exported.data(), exported.size());
+}
+
+}  // namespace
+
+void bind_observability(nb::module_& module) {
+  nb::class_<history_adaptor, resource_adaptor>(
+      module, "HistoryAdaptor",
+      "Keeps the latest allocation events (allocate, free, free_completed, out_of_memory) in a bounded ring, and "
+      "named regions; an OutOfMemoryError through it carries a report of the stack below.")
+      .def(
+          "__init__",
+          [](history_adaptor* self, stream_ordered_resource& upstream, std::size_t capacity,
+             bool capture_call_stacks, std::size_t call_stack_depth) {
+            history_options options;
+            options.capacity = capacity;
+            options.capture_call_stacks = capture_call_stacks;
+            options.call_stack_depth = call_stack_depth;
+            new (self) history_adaptor(upstream, options);
+          },
+          "upstream"_a, nb::kw_only(), "capacity"_a = history_options{}.capacity,
+          "capture_call_stacks"_a = false, "call_stack_depth"_a = history_options{}.call_stack_depth,
+          nb::keep_alive<1, 2>(),
+          "capacity: how many of the latest events are kept (rounded up to a power of two); call stacks cost "
+          "some microseconds an allocation.")
+      .def(
+          "events",
+          [](const history_adaptor& self) {
+            nb::list result;
+            for (const history_event& event : self.events()) result.append(event_dict(event));
+            return result;
+          },
+          "The events kept, oldest first, each a dict: action, sequence, time_ns (steady clock), thread, ptr, "
+          "nbytes, alignment, stream, call_stack (return addresses, innermost first) and device_free_bytes "
+          "(out_of_memory events of device memory; else None).")
+      .def_prop_ro("recorded", &history_adaptor::recorded, "Every event ever recorded, kept or not.")
+      .def_prop_ro("dropped", &history_adaptor::dropped, "Events the ring no longer holds.")
+      .def_prop_ro("capacity", &history_adaptor::capacity, "The ring's size in events.")
+      .def("annotate_begin", &history_adaptor::annotate_begin, "name"_a,
+           "Marks the start of the region `name` (see annotate()).")
+      .def("annotate_end", &history_adaptor::annotate_end, "name"_a, "Marks the end of the region `name`.")
+      .def(
+          "annotations",
+          [](const history_adaptor& self) {
+            nb::list result;
+            for (const history_annotation& annotation : self.annotations()) result.append(annotation_dict(annotation));
+            return result;
+          },
+          "The region marks kept, oldest first, each a dict: name, stage (\"begin\" or \"end\"), time_ns, thread.");
+
+  module.def("_export_snapshot", &export_snapshot, "resource"_a, "format"_a,
+             "The stack from `resource` down, taken now, as bytes: \"json\" (cudapmr's format), \"pickle\" "
+             "(PyTorch's memory snapshot) or \"chrome\" (Perfetto's trace).");
+}
+
+}  // namespace cudapmr::python

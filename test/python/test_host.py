@@ -334,6 +334,35 @@ def test_caching_resource_offers_a_streams_freed_blocks_to_other_streams_past_it
     assert host.used_bytes == 0
 
 
+def test_caching_resource_with_max_cached_per_live_keeps_less_once_everything_is_freed(host):
+    def cached_after_freeing_all(**options):
+        cache = cudapmr.CachingResource(host, **options)
+        blocks = [cache.allocate_raw(256 << 10) for _ in range(128)]  # 32 MiB live
+        for block in blocks:
+            cache.deallocate_raw(block, 256 << 10)
+        return cache.statistics().cached_bytes
+
+    assert cached_after_freeing_all() == 32 << 20  # the recent peak, kept
+    assert cached_after_freeing_all(max_cached_per_live=1.0) < 16 << 20  # no memory of the peak
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="max_cached_per_live of .* is not a finite positive number"):
+            cudapmr.CachingResource(host, max_cached_per_live=bad)
+
+
+def test_coalescing_resource_gives_back_idle_segments_past_max_idle_bytes(host):
+    def held_after_freeing(**options):
+        arena = cudapmr.CoalescingResource(host, **options)
+        first, second = arena.allocate_raw(8 << 20), arena.allocate_raw(8 << 20)  # a segment each
+        arena.deallocate_raw(first, 8 << 20)
+        arena.deallocate_raw(second, 8 << 20)
+        held = host.state()["used_bytes"]
+        released = arena.release_idle()
+        return held, released, host.state()["used_bytes"]
+
+    assert held_after_freeing() == (16 << 20, 16 << 20, 0)  # kept until release_idle
+    assert held_after_freeing(max_idle_bytes=0) == (8 << 20, 8 << 20, 0)  # half the peak kept at the free
+
+
 def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
     limited = cudapmr.LimitingAdaptor(host, 1000)
     kept = limited.allocate_raw(800)

@@ -389,7 +389,8 @@ void bind_adaptors(nb::module_& module) {
           "__init__",
           [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
              std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval,
-             bool hand_back_before_large, std::optional<std::size_t> stream_share) {
+             bool hand_back_before_large, std::optional<std::size_t> stream_share,
+             std::optional<double> max_cached_per_live) {
             if (!(shrink_interval >= 0.0))  // also NaN
               throw nb::value_error(
                   ("shrink_interval must be a number of seconds >= 0; got " + std::to_string(shrink_interval)).c_str());
@@ -400,19 +401,23 @@ void bind_adaptors(nb::module_& module) {
                                                                   .max_cached_bytes = max_cached_bytes,
                                                                   .check_capture = check_capture,
                                                                   .shrink_interval = interval,
+                                                                  .max_cached_per_live = max_cached_per_live,
                                                                   .hand_back_before_large = hand_back_before_large,
                                                                   .stream_share = stream_share});
           },
           "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
           "max_cached_bytes"_a = nb::none(), "check_capture"_a = true,
           "shrink_interval"_a = std::chrono::duration<double>(caching_options{}.shrink_interval).count(),
-          "hand_back_before_large"_a = false, "stream_share"_a = nb::none(), nb::keep_alive<1, 2>(),
+          "hand_back_before_large"_a = false, "stream_share"_a = nb::none(), "max_cached_per_live"_a = nb::none(),
+          nb::keep_alive<1, 2>(),
           "max_cached_bytes: the budget (None: an eighth of the upstream device's memory, 1 GiB for host "
           "memory); shrink_interval: seconds per eighth that what the cache may keep falls while what is "
           "live stays below its recent peak; hand_back_before_large: a request past max_cached_block first "
           "hands the blocks its stream freed back upstream (for an upstream that merges them); stream_share: "
           "bytes a stream keeps freed before it offers them to every stream (None: half the recent peak of what is "
-          "live split among the streams freeing lately, 4 MiB to an eighth of the budget).")
+          "live split among the streams freeing lately, 4 MiB to an eighth of the budget); max_cached_per_live: "
+          "keep at most this many times what is live now, with no memory of the peak (for an upstream that "
+          "merges what it gets back, as CoalescingResource does; DeviceStack's front uses 4).")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");
@@ -429,18 +434,33 @@ void bind_adaptors(nb::module_& module) {
           "__init__",
           [](coalescing_resource* self, stream_ordered_resource& upstream, std::size_t small_request,
              std::size_t small_segment, std::size_t segment_granularity, bool check_capture,
-             std::size_t shared_large_segment) {
-            new (self) coalescing_resource(upstream, coalescing_options{small_request, small_segment, segment_granularity,
-                                                                        check_capture, shared_large_segment});
+             std::size_t shared_large_segment, std::optional<std::size_t> max_idle_bytes) {
+            new (self) coalescing_resource(upstream, coalescing_options{.small_request = small_request,
+                                                                        .small_segment = small_segment,
+                                                                        .segment_granularity = segment_granularity,
+                                                                        .check_capture = check_capture,
+                                                                        .shared_large_segment = shared_large_segment,
+                                                                        .max_idle_bytes = max_idle_bytes});
           },
           "upstream"_a, nb::kw_only(), "small_request"_a = coalescing_options{}.small_request,
           "small_segment"_a = coalescing_options{}.small_segment,
           "segment_granularity"_a = coalescing_options{}.segment_granularity, "check_capture"_a = true,
-          "shared_large_segment"_a = 0, nb::keep_alive<1, 2>(),
+          "shared_large_segment"_a = 0, "max_idle_bytes"_a = nb::none(), nb::keep_alive<1, 2>(),
           "small_request: requests up to this share small_segment-byte segments; larger ones get segments of "
           "their size rounded up to segment_granularity (at least the smaller of shared_large_segment and a 32nd "
-          "of what is in use), split and merged as blocks are allocated and freed.")
+          "of what is in use), split and merged as blocks are allocated and freed; max_idle_bytes: the wholly free "
+          "segments kept at frees (at least half the most in use lately) before the rest go back upstream, so "
+          "that what it holds follows what is live (None: they stay until reused, release() or trim()).")
       .def("statistics", &coalescing_resource::statistics, "A CoalescingStatistics.")
+      .def(
+          "release_idle",
+          [](coalescing_resource& self, std::optional<std::size_t> keep) {
+            nb::gil_scoped_release unlocked;
+            return keep ? self.release_idle(*keep) : self.release_idle();
+          },
+          "keep"_a.none() = nb::none(),
+          "Hands back wholly free segments that no queued work can touch until at most `keep` idle bytes stay "
+          "(None: max_idle_bytes, or 0); never waits. Returns the bytes handed back.")
       .def("release", &coalescing_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every wholly free segment back upstream.");
 

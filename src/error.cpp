@@ -48,6 +48,12 @@ out_of_memory::out_of_memory(const out_of_memory& refusal, std::shared_ptr<const
   if (report_) message_ += "\n" + report_->text;
 }
 
+out_of_memory::out_of_memory(std::size_t bytes, std::size_t alignment, std::string resource, std::string_view context,
+                             const out_of_memory& cause)
+    : out_of_memory(bytes, alignment, std::move(resource), fmt::format("{}: {}", context, cause.what())) {
+  report_ = cause.report_;
+}
+
 namespace detail {
 
 void throw_cuda_error(cudaError_t error, const char* call, const char* file, int line) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace cudapmr {
@@ -43,6 +44,11 @@ class out_of_memory : public std::bad_alloc {
   /// The same refusal, explained: `what()` adds the report's text
   /// (`<cudapmr/memory_snapshot.hpp>` defines the report).
   out_of_memory(const out_of_memory& refusal, std::shared_ptr<const out_of_memory_report> report);
+  /// `resource`'s refusal of its caller's request, which came from `cause`, a
+  /// refusal below it: the message is `context` then `cause.what()`, and the
+  /// report of `cause` stays with it.
+  out_of_memory(std::size_t bytes, std::size_t alignment, std::string resource, std::string_view context,
+                const out_of_memory& cause);
 
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
   /// The size of the request that failed.

@@ -121,8 +121,9 @@ void* caching_resource::allocate_block(std::size_t requested, std::size_t alignm
   } catch (const out_of_memory& error) {
     // The upstream was asked for a whole size class; the caller asked for less.
     throw out_of_memory(requested, alignment, description(),
-                        fmt::format("the upstream refused the {} bytes of its size class: {}",
-                                    detail::size_class_bytes(size_class), error.what()));
+                        fmt::format("the upstream refused the {} bytes of its size class",
+                                    detail::size_class_bytes(size_class)),
+                        error);
   }
 }
 
@@ -173,8 +174,9 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
       p = upstream_resource().allocate_async(detail::size_class_bytes(size_class), block_alignment, stream);
     } catch (const out_of_memory& error) {
       throw out_of_memory(bytes, alignment, description(),
-                          fmt::format("during stream capture, the upstream refused the {} bytes of its size class: {}",
-                                      detail::size_class_bytes(size_class), error.what()));
+                          fmt::format("during stream capture, the upstream refused the {} bytes of its size class",
+                                      detail::size_class_bytes(size_class)),
+                          error);
     }
     if (!cache_.note_graph_block(p)) {
       upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);

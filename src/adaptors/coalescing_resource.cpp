@@ -229,7 +229,7 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
         });
   } catch (const out_of_memory& error) {
     throw out_of_memory(requested, alignment, description(),
-                        fmt::format("the upstream refused a segment of {} bytes: {}", bytes, error.what()));
+                        fmt::format("the upstream refused a segment of {} bytes", bytes), error);
   }
   if (reclaimed != nullptr) {  // out of the free set already: no one else can take it meanwhile
     const std::lock_guard lock(mutex_);

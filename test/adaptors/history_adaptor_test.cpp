@@ -5,6 +5,8 @@
 #include "support/gpu.hpp"
 #include "support/resource_cases.hpp"
 
+#include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/detail/thread_ordinal.hpp>
 #include <cudapmr/memory_snapshot.hpp>
@@ -16,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <set>
@@ -233,6 +236,28 @@ TEST(HistoryAdaptor, OutOfMemoryOfDeviceMemoryRecordsTheDevicesFreeMemory) {
   const std::string json = to_json(snapshot(history));
   EXPECT_NE(json.find("\"device_free_bytes\":" + std::to_string(*events[0].device_free_bytes)), std::string::npos)
       << json;
+}
+
+// A cache or a segment arena above the history rewords the refusal for its
+// own request; the report the history attached must reach the caller with it.
+TEST(HistoryAdaptor, AReportSurvivesTheResourcesThatRewordTheRefusalAboveIt) {
+  host_memory_resource upstream(mebibyte);
+  history_adaptor history(upstream, {.explained_refusals = 16});
+  caching_resource cache(history);
+  coalescing_resource arena(history);
+  for (stream_ordered_resource* top : std::initializer_list<stream_ordered_resource*>{&cache, &arena}) {
+    try {
+      static_cast<void>(top->allocate_async(2 * mebibyte, cudaStream_t{}));
+      ADD_FAILURE() << top->description() << " granted 2 MiB over a 1 MiB capacity";
+    } catch (const out_of_memory& error) {
+      EXPECT_EQ(error.requested_bytes(), 2 * mebibyte);
+      ASSERT_NE(error.report(), nullptr) << top->description() << " dropped the report: " << error.what();
+      EXPECT_TRUE(error.report()->refused_by_cap);
+      const std::string message = error.what();
+      EXPECT_NE(message.find(top->description()), std::string::npos) << message;
+      EXPECT_NE(message.find("out-of-memory report"), std::string::npos) << message;
+    }
+  }
 }
 
 TEST(HistoryAdaptor, ExplainsOnlyAsManyRefusalsAsAskedButRecordsEach) {

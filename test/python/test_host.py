@@ -334,16 +334,22 @@ def test_caching_resource_offers_a_streams_freed_blocks_to_other_streams_past_it
     assert host.used_bytes == 0
 
 
-def test_caching_resource_with_max_cached_per_live_keeps_less_once_everything_is_freed(host):
-    def cached_after_freeing_all(**options):
+def test_caching_resource_with_max_cached_per_live_keeps_a_multiple_of_what_is_live(host):
+    def cached_with_16_mib_live(**options):
         cache = cudapmr.CachingResource(host, **options)
-        blocks = [cache.allocate_raw(256 << 10) for _ in range(128)]  # 32 MiB live
-        for block in blocks:
-            cache.deallocate_raw(block, 256 << 10)
-        return cache.statistics().cached_bytes
+        blocks = [cache.allocate_raw(1 << 20) for _ in range(128)]
+        for block in blocks[16:]:
+            cache.deallocate_raw(block, 1 << 20)
+        cached = cache.statistics().cached_bytes
+        for block in blocks[:16]:
+            cache.deallocate_raw(block, 1 << 20)
+        return cached
 
-    assert cached_after_freeing_all() == 32 << 20  # the recent peak, kept
-    assert cached_after_freeing_all(max_cached_per_live=1.0) < 16 << 20  # no memory of the peak
+    assert cached_with_16_mib_live() == 112 << 20  # the recent peak's worth, kept
+    by_factor = {x: cached_with_16_mib_live(max_cached_per_live=x) for x in (1.0, 2.0, 4.0)}
+    for x, cached in by_factor.items():
+        assert cached <= x * (16 << 20), by_factor  # no memory of the peak
+    assert by_factor[1.0] < by_factor[2.0] < by_factor[4.0], by_factor
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="max_cached_per_live of .* is not a finite positive number"):
             cudapmr.CachingResource(host, max_cached_per_live=bad)
@@ -361,6 +367,12 @@ def test_coalescing_resource_gives_back_idle_segments_past_max_idle_bytes(host):
 
     assert held_after_freeing() == (16 << 20, 16 << 20, 0)  # kept until release_idle
     assert held_after_freeing(max_idle_bytes=0) == (8 << 20, 8 << 20, 0)  # half the peak kept at the free
+    arena = cudapmr.CoalescingResource(host)
+    blocks = [arena.allocate_raw(8 << 20) for _ in range(4)]
+    for block in blocks:
+        arena.deallocate_raw(block, 8 << 20)
+    assert arena.release_idle(keep=8 << 20) == 24 << 20 and host.state()["used_bytes"] == 8 << 20
+    arena.release()
 
 
 def test_limiting_adaptor_raises_out_of_memory_naming_the_request(host):
@@ -401,7 +413,7 @@ def test_history_adaptor_keeps_the_latest_events_and_named_regions(host):
         pointer = history.allocate_raw(1000)
         history.deallocate_raw(pointer, 1000)
     events = history.events()
-    assert [(e["action"], e["ptr"], e["nbytes"], e["stream"]) for e in events] == [
+    assert [(e["action"], e["address"], e["bytes"], e["stream"]) for e in events] == [
         ("allocate", pointer, 1000, 0), ("free", pointer, 1000, 0), ("free_completed", pointer, 1000, 0)]
     assert [e["sequence"] for e in events] == [1, 2, 3] and events[0]["call_stack"] == []
     assert [(a["name"], a["stage"]) for a in history.annotations()] == [("phase", "begin"), ("phase", "end")]
@@ -422,6 +434,10 @@ def test_a_refusal_through_a_history_adaptor_carries_the_stacks_report():
     assert "live: 4 KiB in 1 block\n" in refused.value.report and refused.value.report in str(refused.value)
     assert history.events()[-1]["action"] == "out_of_memory"
     history.deallocate_raw(kept, 4096)
+    for rewording in (cudapmr.CachingResource(history), cudapmr.CoalescingResource(history)):
+        with pytest.raises(cudapmr.OutOfMemoryError) as refused:  # each rewords the refusal for its own request
+            rewording.allocate_raw(2 << 20)
+        assert refused.value.report is not None and refused.value.report in str(refused.value)
     with pytest.raises(cudapmr.OutOfMemoryError) as unexplained:  # no history in the stack: no report
         cudapmr.LimitingAdaptor(cudapmr.HostMemoryResource(), 16).allocate_raw(64)
     assert unexplained.value.report is None
@@ -448,11 +464,15 @@ def test_snapshot_of_a_stack_in_each_format(host, tmp_path):
     assert [(s["address"], s["total_size"]) for s in pytorch["segments"]] == [(live, 3000)]
     cudapmr.dump_snapshot(counted, str(tmp_path / "run.json"))
     assert json.loads((tmp_path / "run.json").read_text())["stacks"][0]["live_blocks"] == stack["live_blocks"]
-    cudapmr.dump_snapshot(counted, tmp_path / "run.trace", format="chrome")
-    assert "traceEvents" in json.loads((tmp_path / "run.trace").read_text())
+    cudapmr.dump_snapshot(counted, tmp_path / "run.trace.json")
+    assert "traceEvents" in json.loads((tmp_path / "run.trace.json").read_text())
+    other = cudapmr.HistoryAdaptor(host)
+    both = cudapmr.snapshot([counted, other])["stacks"]
+    assert [s["resources"][0]["name"].split(" ")[0] for s in both] == ["statistics_adaptor", "history_adaptor"]
     (tmp_path / "kept.json").write_text("kept")
-    with pytest.raises(ValueError, match="'kept.txt'|suffix '.txt'"):
+    with pytest.raises(ValueError, match="cannot tell the format of .*kept.txt"):
         cudapmr.dump_snapshot(counted, tmp_path / "kept.txt")
+    assert not (tmp_path / "kept.txt").exists()
     with pytest.raises(ValueError, match='format "yaml" is none of'):
         cudapmr.dump_snapshot(counted, tmp_path / "kept.json", format="yaml")
     assert (tmp_path / "kept.json").read_text() == "kept"  # a refused format writes nothing

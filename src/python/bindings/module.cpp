@@ -12,6 +12,17 @@ namespace nb = nanobind;
 namespace cudapmr::python {
 namespace {
 
+/// `text` as a Python str; an ill-formed UTF-8 sequence (a path or symbol in a
+/// call stack) reads as U+FFFD rather than failing the translation.
+nb::object text_of(std::string_view text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
+  if (decoded == nullptr) {  // no memory for it: the exception goes on without its text
+    PyErr_Clear();
+    return nb::none();
+  }
+  return nb::steal(decoded);
+}
+
 /// Python's exceptions for cudapmr's: each keeps the C++ message, which names
 /// the bytes, the resource and CUDA's answer.
 void bind_errors(nb::module_& module) {
@@ -21,24 +32,24 @@ void bind_errors(nb::module_& module) {
       module, "CudaError", PyExc_RuntimeError));
   static nb::object misuse_error_type = nb::borrow(nb::exception<cudapmr::misuse_error>(
       module, "MisuseError", PyExc_ValueError));
-  // The CUDA error number, for callers that branch on it.
+  // Each message decoded leniently; CudaError with CUDA's error number, for
+  // callers that branch on it, OutOfMemoryError with the bytes asked and the report.
   nb::register_exception_translator([](const std::exception_ptr& error, void*) {
     try {
       std::rethrow_exception(error);
     } catch (const cudapmr::cuda_error& failure) {
-      nb::object instance = cuda_error_type(failure.what());
+      nb::object instance = cuda_error_type(text_of(failure.what()));
       nb::setattr(instance, "error_code", nb::int_(static_cast<int>(failure.error())));
       PyErr_SetObject(cuda_error_type.ptr(), instance.ptr());
     } catch (const cudapmr::out_of_memory& failure) {
-      nb::object instance = out_of_memory_error(failure.what());
+      nb::object instance = out_of_memory_error(text_of(failure.what()));
       nb::setattr(instance, "requested_bytes", nb::int_(failure.requested_bytes()));
-      // The stack's state at the refusal, where a history adaptor explained it.
+      // The text of the stack's state at the refusal, where a history adaptor explained it.
       const out_of_memory_report* report = failure.report();
-      nb::object text = report ? nb::steal(PyUnicode_DecodeUTF8(report->text.data(),
-                                                              static_cast<Py_ssize_t>(report->text.size()), "replace"))
-                                : nb::none();
-      nb::setattr(instance, "report", text);
+      nb::setattr(instance, "report", report ? text_of(report->text) : nb::none());
       PyErr_SetObject(out_of_memory_error.ptr(), instance.ptr());
+    } catch (const cudapmr::misuse_error& failure) {  // its text may hold call stacks, too
+      PyErr_SetObject(misuse_error_type.ptr(), text_of(failure.what()).ptr());
     }
   });
 }

@@ -9,10 +9,12 @@
 
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -26,8 +28,8 @@ nb::dict event_dict(const history_event& event) {
   result["sequence"] = event.sequence;
   result["time_ns"] = event.time_ns;
   result["thread"] = event.thread;
-  result["ptr"] = reinterpret_cast<std::uintptr_t>(event.pointer);
-  result["nbytes"] = event.bytes;
+  result["address"] = reinterpret_cast<std::uintptr_t>(event.pointer);
+  result["bytes"] = event.bytes;
   result["alignment"] = event.alignment;
   result["stream"] = stream_int(event.stream);
   nb::list frames;
@@ -47,9 +49,9 @@ nb::dict annotation_dict(const history_annotation& annotation) {
   return result;
 }
 
-/// The stack under `top` in one of the three formats, as bytes.
+/// The stacks under `tops` in one of the three formats, as bytes.
 /// \throws nanobind::value_error naming the format when it is none of them.
-nb::bytes export_snapshot(const stream_ordered_resource& top, std::string_view format) {
+nb::bytes export_snapshot(const std::vector<const stream_ordered_resource*>& tops, std::string_view format) {
   if (format != "json" && format != "pickle" && format != "chrome")
     throw nb::value_error(("snapshot format \"" + std::string(format) +
                            "\" is none of \"json\", \"pickle\" (PyTorch's) or \"chrome\" (Perfetto's)")
@@ -57,8 +59,12 @@ nb::bytes export_snapshot(const stream_ordered_resource& top, std::string_view f
   std::string exported;
   {
     nb::gil_scoped_release unlocked;  // the resources' locks, and a symbolizer with call stacks
-    const memory_snapshot taken = snapshot(top);
-    exported = format == "json" ? to_json(taken) : format == "pickle" ? to_pytorch_pickle(taken) : to_chrome_trace(taken);
+    std::vector<memory_snapshot> taken;
+    taken.reserve(tops.size());
+    for (const stream_ordered_resource* top : tops) taken.push_back(snapshot(*top));
+    exported = format == "json"     ? to_json(taken)
+               : format == "pickle" ? to_pytorch_pickle(taken)
+                                    : to_chrome_trace(taken);
   }
   return nb::bytes(exported.data(), exported.size());
 }
@@ -92,9 +98,10 @@ void bind_observability(nb::module_& module) {
             for (const history_event& event : self.events()) result.append(event_dict(event));
             return result;
           },
-          "The events kept, oldest first, each a dict: action, sequence, time_ns (steady clock), thread, ptr, "
-          "nbytes, alignment, stream, call_stack (return addresses, innermost first) and device_free_bytes "
-          "(out_of_memory events of device memory; else None).")
+          "The events kept, oldest first, each a dict with the names of a snapshot's events: action, sequence, "
+          "time_ns (steady clock), thread (cudapmr's number of the thread, from 1), address, bytes, alignment, "
+          "stream, call_stack (return addresses, innermost first; the first are the module's own) and "
+          "device_free_bytes (out_of_memory events of device memory; else None).")
       .def_prop_ro("recorded", &history_adaptor::recorded, "Every event ever recorded, kept or not.")
       .def_prop_ro("dropped", &history_adaptor::dropped, "Events the ring no longer holds.")
       .def_prop_ro("capacity", &history_adaptor::capacity, "The ring's size in events.")
@@ -110,8 +117,8 @@ void bind_observability(nb::module_& module) {
           },
           "The region marks kept, oldest first, each a dict: name, stage (\"begin\" or \"end\"), time_ns, thread.");
 
-  module.def("_export_snapshot", &export_snapshot, "resource"_a, "format"_a,
-             "The stack from `resource` down, taken now, as bytes: \"json\" (cudapmr's format), \"pickle\" "
+  module.def("_export_snapshot", &export_snapshot, "resources"_a, "format"_a,
+             "The stack from each resource down, taken now, as bytes: \"json\" (cudapmr's format), \"pickle\" "
              "(PyTorch's memory snapshot) or \"chrome\" (Perfetto's trace).");
 }
 

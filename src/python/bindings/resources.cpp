@@ -416,8 +416,9 @@ void bind_adaptors(nb::module_& module) {
           "hands the blocks its stream freed back upstream (for an upstream that merges them); stream_share: "
           "bytes a stream keeps freed before it offers them to every stream (None: half the recent peak of what is "
           "live split among the streams freeing lately, 4 MiB to an eighth of the budget); max_cached_per_live: "
-          "keep at most this many times what is live now, with no memory of the peak (for an upstream that "
-          "merges what it gets back, as CoalescingResource does; DeviceStack's front uses 4).")
+          "keep at most this many times what is live now (never below the cache's floor of some MiB), with no "
+          "memory of the peak (for an upstream that merges what it gets back, as CoalescingResource does; "
+          "DeviceStack's front uses 4).")
       .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");

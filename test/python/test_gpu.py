@@ -421,3 +421,28 @@ def test_pinned_pools_are_on_the_numa_node_asked_for_and_by_default_near_the_dev
     if nearest is not None:  # the option as a keyword of the resource itself
         keyword = cudapmr.PinnedMemoryResource(numa_node=nearest)
         assert keyword.numa_node == (None if keyword.placement_note else nearest)
+
+
+def test_history_and_snapshot_of_the_device_stack(stream, tmp_path):
+    import pickle
+    history = cudapmr.HistoryAdaptor(cudapmr.DeviceStack(0))
+    with history.annotate("step"):
+        live = history.allocate_raw(3 << 20, stream)
+    stack = cudapmr.snapshot(history)["stacks"][0]
+    names = [r["name"].split(" ")[0] for r in stack["resources"]]
+    assert names[:2] == ["history_adaptor", "device_stack"] and "virtual_memory_resource" in names, names
+    assert [(b["address"], b["bytes"]) for b in stack["live_blocks"]] == [(live, 3 << 20)]
+    cudapmr.dump_snapshot(history, tmp_path / "stack.pickle")
+    with open(tmp_path / "stack.pickle", "rb") as file:
+        trace = pickle.load(file)["device_traces"][0]
+    assert [e["action"] for e in trace if e["addr"] == live] == ["segment_alloc", "alloc"]
+    history.deallocate_raw(live, 3 << 20, stream)
+
+    capped = cudapmr.HistoryAdaptor(cudapmr.DeviceMemoryResource(0, cudapmr.DeviceMemoryResourceOptions(
+        max_size=64 << 20)))
+    with pytest.raises(cudapmr.OutOfMemoryError) as refused:
+        capped.allocate_raw(128 << 20, stream)
+    assert "device free memory: " in refused.value.report
+    refusal = capped.events()[-1]
+    assert refusal["action"] == "out_of_memory" and refusal["bytes"] == 128 << 20
+    assert 0 < refusal["device_free_bytes"] <= cudapmr.device_memory_info(0)[1]

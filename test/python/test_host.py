@@ -479,6 +479,36 @@ def test_snapshot_of_a_stack_in_each_format(host, tmp_path):
     counted.deallocate_raw(live, 3000)
 
 
+def test_failure_callback_adaptor_retries_while_the_callback_makes_room():
+    host = cudapmr.HostMemoryResource(capacity=1 << 20)
+    forgotten = [host.allocate(900 << 10)]  # what a program still holds, say, in a cycle gc would collect
+    told = []
+
+    def make_room(failure):
+        told.append(failure)
+        if forgotten:
+            forgotten.pop().close()
+            return True
+        return False
+
+    second_chance = cudapmr.FailureCallbackAdaptor(host, make_room)
+    granted = second_chance.allocate_raw(512 << 10)
+    assert [(f["bytes"], f["attempt"], f["stream"]) for f in told] == [(512 << 10, 1, 0)]
+    assert "could not allocate 524288 bytes" in told[0]["error"]
+    with pytest.raises(cudapmr.OutOfMemoryError) as refused:  # nothing more to free: the refusal goes through
+        second_chance.allocate_raw(900 << 10)
+    assert refused.value.requested_bytes == 900 << 10 and told[-1]["attempt"] == 1
+    second_chance.deallocate_raw(granted, 512 << 10)
+
+    def broken(_failure):
+        raise KeyError("the callback's own error")
+
+    with pytest.raises(KeyError, match="the callback's own error"):
+        cudapmr.FailureCallbackAdaptor(host, broken).allocate_raw(2 << 20)
+    with pytest.raises(TypeError):
+        cudapmr.FailureCallbackAdaptor(host, None)
+
+
 def test_logging_adaptor_writes_csv(host, tmp_path):
     path = tmp_path / "log.csv"
     logged = cudapmr.LoggingAdaptor(host, str(path))

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace cudapmr::python {
@@ -31,6 +32,10 @@ namespace cudapmr::python {
         (std::string(operation) + ": nbytes " + std::to_string(bytes) + " is negative").c_str());
   return static_cast<std::size_t>(bytes);
 }
+
+/// `text` as a Python str, where an ill-formed UTF-8 sequence (a path or a
+/// symbol in a call stack) reads as U+FFFD; None where Python has no memory for it.
+[[nodiscard]] nanobind::object text_of(std::string_view text);
 
 /// The handle as Python sees it: an int.
 [[nodiscard]] inline std::uintptr_t stream_int(stream_ref stream) noexcept {

@@ -10,18 +10,17 @@
 namespace nb = nanobind;
 
 namespace cudapmr::python {
-namespace {
 
-/// `text` as a Python str; an ill-formed UTF-8 sequence (a path or symbol in a
-/// call stack) reads as U+FFFD rather than failing the translation.
 nb::object text_of(std::string_view text) {
   PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace");
-  if (decoded == nullptr) {  // no memory for it: the exception goes on without its text
+  if (decoded == nullptr) {  // no memory for it: the caller goes on without the text
     PyErr_Clear();
     return nb::none();
   }
   return nb::steal(decoded);
 }
+
+namespace {
 
 /// Python's exceptions for cudapmr's: each keeps the C++ message, which names
 /// the bytes, the resource and CUDA's answer.

@@ -3,6 +3,7 @@
 // the same events, annotations and export formats as in C++.
 #include "bindings.hpp"
 
+#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
 #include <cudapmr/adaptors/history_adaptor.hpp>
 #include <cudapmr/memory_snapshot.hpp>
 #include <cudapmr/snapshot_export.hpp>
@@ -69,9 +70,38 @@ nb::bytes export_snapshot(const std::vector<const stream_ordered_resource*>& top
   return nb::bytes(exported.data(), exported.size());
 }
 
+/// A Python callable as the adaptor's callback: called with the GIL (the
+/// allocation released it) and a dict of the refusal; its truth asks for a retry.
+failure_callback python_failure_callback(nb::callable callback) {
+  return [callback = std::move(callback)](const allocation_failure& failure) {
+    nb::gil_scoped_acquire locked;
+    nb::dict told;
+    told["bytes"] = failure.bytes;
+    told["alignment"] = failure.alignment;
+    told["stream"] = stream_int(failure.stream);
+    told["attempt"] = failure.attempt;
+    told["error"] = text_of(failure.error.what());
+    return nb::cast<bool>(nb::bool_(callback(told)));
+  };
+}
+
 }  // namespace
 
 void bind_observability(nb::module_& module) {
+  nb::class_<failure_callback_adaptor, resource_adaptor>(
+      module, "FailureCallbackAdaptor",
+      "A second chance when the upstream runs out: calls `callback` and tries again while it returns true.")
+      .def(
+          "__init__",
+          [](failure_callback_adaptor* self, stream_ordered_resource& upstream, nb::callable callback) {
+            new (self) failure_callback_adaptor(upstream, python_failure_callback(std::move(callback)));
+          },
+          "upstream"_a, "callback"_a, nb::keep_alive<1, 2>(),
+          "callback(failure) gets a dict (bytes, alignment, stream, attempt: 1 for the first refusal of the "
+          "request, error: the upstream's message) and may free memory (gc.collect(), another framework's "
+          "empty_cache, trim()) before returning true for a retry; false lets OutOfMemoryError through, and what "
+          "it raises reaches the caller. It must not allocate from this adaptor.");
+
   nb::class_<history_adaptor, resource_adaptor>(
       module, "HistoryAdaptor",
       "Keeps the latest allocation events (allocate, free, free_completed, out_of_memory) in a bounded ring, and "

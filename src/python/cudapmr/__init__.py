@@ -22,6 +22,7 @@ from ._cudapmr import (
     DeviceMemoryResource,
     DeviceMemoryResourceOptions,
     DeviceStack,
+    FailureCallbackAdaptor,
     HistoryAdaptor,
     HostMemoryResource,
     LimitingAdaptor,

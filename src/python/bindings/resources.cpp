@@ -128,7 +128,13 @@ void bind_coalescing_statistics(nb::module_& module) {
 
 /// A resource's state() as a dict, None where it does not know.
 nb::dict state_dict(const stream_ordered_resource& self) {
-  const resource_state state = self.state();
+  resource_state state;
+  {
+    // The resources' locks: a thread that holds one may be waiting for the
+    // GIL (a FailureCallbackAdaptor's callback below it).
+    nb::gil_scoped_release unlocked;
+    state = self.state();
+  }
   const auto optional = [](const std::optional<std::size_t>& value) -> nb::object {
     return value ? nb::object(nb::int_(*value)) : nb::none();
   };
@@ -224,7 +230,8 @@ void bind_kinds(nb::module_& module) {
                                                      "A resource over one CUDA memory pool.")
       .def_prop_ro("owns_pool", &pool_resource::owns_pool)
       .def_prop_ro("pool_handle", [](const pool_resource& self) { return reinterpret_cast<std::uintptr_t>(self.pool()); })
-      .def("statistics", &pool_resource::stats, "The pool's counters, a PoolStatistics.")
+      .def("statistics", &pool_resource::stats, nb::call_guard<nb::gil_scoped_release>(),
+           "The pool's counters, a PoolStatistics.")
       .def("reset_peaks", &pool_resource::reset_peaks)
       .def("trim_to", &pool_resource::trim_to, "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold)
@@ -419,7 +426,7 @@ void bind_adaptors(nb::module_& module) {
           "keep at most this many times what is live now (never below the cache's floor of some MiB), with no "
           "memory of the peak (for an upstream that merges what it gets back, as CoalescingResource does; "
           "DeviceStack's front uses 4).")
-      .def("statistics", &caching_resource::statistics, "A CacheStatistics.")
+      .def("statistics", &caching_resource::statistics, nb::call_guard<nb::gil_scoped_release>(), "A CacheStatistics.")
       .def("release", &caching_resource::release, nb::call_guard<nb::gil_scoped_release>(),
            "Hands every cached block back upstream.");
   module.def("default_pinned_resource", &default_pinned_resource, nb::rv_policy::reference,
@@ -452,7 +459,8 @@ void bind_adaptors(nb::module_& module) {
           "of what is in use), split and merged as blocks are allocated and freed; max_idle_bytes: the wholly free "
           "segments kept at frees (at least half the most in use lately) before the rest go back upstream, so "
           "that what it holds follows what is live (None: they stay until reused, release() or trim()).")
-      .def("statistics", &coalescing_resource::statistics, "A CoalescingStatistics.")
+      .def("statistics", &coalescing_resource::statistics, nb::call_guard<nb::gil_scoped_release>(),
+           "A CoalescingStatistics.")
       .def(
           "release_idle",
           [](coalescing_resource& self, std::optional<std::size_t> keep) {

@@ -509,6 +509,40 @@ def test_failure_callback_adaptor_retries_while_the_callback_makes_room():
         cudapmr.FailureCallbackAdaptor(host, None)
 
 
+def test_failure_callback_adaptor_serves_threads_and_passes_a_history_report_on():
+    import threading
+    import weakref
+    capped = cudapmr.HostMemoryResource(capacity=4 << 20)
+    history = cudapmr.HistoryAdaptor(capped)
+    reports = []
+    cache_above = None
+
+    def trim_the_cache_above(failure):
+        reports.append(failure["report"])
+        cache = cache_of()
+        if cache is None or failure["attempt"] > 1:
+            return False
+        cache.trim()  # what the cache keeps goes back, and the request is tried again
+        return True
+
+    second_chance = cudapmr.FailureCallbackAdaptor(history, trim_the_cache_above)
+    cache_above = cudapmr.CachingResource(second_chance)
+    cache_of = weakref.ref(cache_above)  # not the cache itself: a cycle through the callback is never collected
+
+    def churn(size):
+        for _ in range(50):
+            block = cache_above.allocate_raw(size)
+            cache_above.deallocate_raw(block, size)
+
+    threads = [threading.Thread(target=churn, args=((1 + i % 3) << 20,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert reports and all(r.startswith("out-of-memory report:") for r in reports)
+    assert capped.state()["used_bytes"] == cache_above.statistics().cached_bytes  # nothing lost
+
+
 def test_logging_adaptor_writes_csv(host, tmp_path):
     path = tmp_path / "log.csv"
     logged = cudapmr.LoggingAdaptor(host, str(path))

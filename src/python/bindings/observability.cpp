@@ -70,17 +70,41 @@ nb::bytes export_snapshot(const std::vector<const stream_ordered_resource*>& top
   return nb::bytes(exported.data(), exported.size());
 }
 
+/// Whether the interpreter is going away: a thread that takes the GIL then
+/// is ended by Python (or, from 3.15, refused), so the callback is not called.
+bool python_is_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+
+/// False where nanobind's guard could not take the GIL (newer Pythons, at exit).
+template <class Guard>
+bool holds_the_gil(const Guard& guard) noexcept {
+  if constexpr (requires { guard.is_valid(); })
+    return guard.is_valid();
+  else
+    return true;
+}
+
 /// A Python callable as the adaptor's callback: called with the GIL (the
-/// allocation released it) and a dict of the refusal; its truth asks for a retry.
+/// allocation released it) and a dict of the refusal; its truth asks for a
+/// retry. At interpreter exit the refusal goes through without it.
 failure_callback python_failure_callback(nb::callable callback) {
   return [callback = std::move(callback)](const allocation_failure& failure) {
+    if (python_is_finalizing()) return false;
     nb::gil_scoped_acquire locked;
+    if (!holds_the_gil(locked)) return false;
     nb::dict told;
     told["bytes"] = failure.bytes;
     told["alignment"] = failure.alignment;
     told["stream"] = stream_int(failure.stream);
     told["attempt"] = failure.attempt;
     told["error"] = text_of(failure.error.what());
+    const out_of_memory_report* report = failure.error.report();
+    told["report"] = report ? text_of(report->text) : nb::none();
     return nb::cast<bool>(nb::bool_(callback(told)));
   };
 }
@@ -98,9 +122,11 @@ void bind_observability(nb::module_& module) {
           },
           "upstream"_a, "callback"_a, nb::keep_alive<1, 2>(),
           "callback(failure) gets a dict (bytes, alignment, stream, attempt: 1 for the first refusal of the "
-          "request, error: the upstream's message) and may free memory (gc.collect(), another framework's "
-          "empty_cache, trim()) before returning true for a retry; false lets OutOfMemoryError through, and what "
-          "it raises reaches the caller. It must not allocate from this adaptor.");
+          "request, and counting; error: the upstream's message; report: a HistoryAdaptor's report below, else "
+          "None) and may free memory (gc.collect(), another framework's empty_cache, trim()) before returning "
+          "true for a retry; false lets OutOfMemoryError through, and what it raises reaches the caller. It runs "
+          "on the allocating thread with the GIL taken, must not allocate from this adaptor, and should hold the "
+          "resources above it by weakref (a cycle through it is not collected).");
 
   nb::class_<history_adaptor, resource_adaptor>(
       module, "HistoryAdaptor",

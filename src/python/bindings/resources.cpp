@@ -130,8 +130,8 @@ void bind_coalescing_statistics(nb::module_& module) {
 nb::dict state_dict(const stream_ordered_resource& self) {
   resource_state state;
   {
-    // The resources' locks: a thread that holds one may be waiting for the
-    // GIL (a FailureCallbackAdaptor's callback below it).
+    // Reading takes the resources' locks: no Python is needed meanwhile, and
+    // no thread holding one should wait on us.
     nb::gil_scoped_release unlocked;
     state = self.state();
   }
@@ -162,8 +162,9 @@ nb::dict state_dict(const stream_ordered_resource& self) {
 /// may block (an allocation or free can wait for the device or a file)
 /// releases the GIL, so that host callbacks and other threads that need it go on.
 void bind_base(nb::module_& module) {
+  // Weak references let a callback or a cache name a resource without keeping it alive.
   nb::class_<stream_ordered_resource>(
-      module, "MemoryResource",
+      module, "MemoryResource", nb::is_weak_referenceable(),
       "A cudapmr memory resource: stream-ordered allocation of one kind of memory. Not constructed directly.")
       .def(
           "allocate",

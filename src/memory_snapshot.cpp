@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -18,12 +17,6 @@
 
 namespace cudapmr {
 namespace {
-
-std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 /// The live blocks the history's events leave, oldest first.
 std::vector<allocation_record> replay_live_blocks(const std::vector<history_event>& events) {
@@ -135,7 +128,7 @@ std::string describe_holdings(const resource_state& state) {
 
 memory_snapshot snapshot(const stream_ordered_resource& top) {
   memory_snapshot taken;
-  taken.time_ns = now_ns();
+  taken.time_ns = history_clock_ns();
   const tracking_adaptor* tracker = nullptr;
   const history_adaptor* history = nullptr;
   for (const stream_ordered_resource* resource = &top; resource != nullptr;) {

@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <stdexcept>
 #include <utility>
 
@@ -21,12 +20,6 @@ namespace {
 /// The frames of do_allocate_async and allocate_async, which every captured
 /// stack would otherwise start with.
 constexpr int internal_frames = 2;
-
-std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
 
 /// A slot's stamp: odd while ticket `t` is written, `2t + 2` once it is published.
 constexpr std::uint64_t writing(std::uint64_t ticket) noexcept { return 2 * ticket + 1; }
@@ -100,7 +93,7 @@ void history_adaptor::record(history_action action, void* p, std::size_t bytes, 
     std::atomic<void*>* frames = &frames_[index * frames_per_slot_];
     for (std::size_t i = 0; i < depth; ++i) frames[i].store((*call_stack)[i], std::memory_order_relaxed);
   }
-  entry.time_ns.store(now_ns(), std::memory_order_relaxed);
+  entry.time_ns.store(history_clock_ns(), std::memory_order_relaxed);
   entry.thread.store(detail::thread_ordinal(), std::memory_order_relaxed);
   entry.pointer.store(action == history_action::out_of_memory ? device_free : reinterpret_cast<std::uintptr_t>(p),
                       std::memory_order_relaxed);
@@ -186,7 +179,7 @@ void history_adaptor::do_deallocate_async(void* p, std::size_t bytes, std::size_
 }
 
 void history_adaptor::annotate(std::string_view name, annotation_stage stage) {
-  history_annotation mark{std::string(name), stage, now_ns(), detail::thread_ordinal()};
+  history_annotation mark{std::string(name), stage, history_clock_ns(), detail::thread_ordinal()};
   const std::lock_guard lock(annotations_mutex_);
   if (options_.annotation_capacity == 0) return;
   if (annotations_.size() >= options_.annotation_capacity) annotations_.pop_front();

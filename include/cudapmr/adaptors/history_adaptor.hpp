@@ -7,6 +7,7 @@
 #include "cudapmr/adaptors/resource_adaptor.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -31,6 +32,14 @@ enum class history_action : std::uint8_t {
 
 /// "allocate", "free", "free_completed" or "out_of_memory".
 [[nodiscard]] std::string_view to_string(history_action action) noexcept;
+
+/// The clock of every time in a history and a snapshot:
+/// `std::chrono::steady_clock`, in nanoseconds since its epoch.
+[[nodiscard]] inline std::uint64_t history_clock_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
 
 /// One event of a history_adaptor.
 struct history_event {

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <exception>
@@ -60,11 +59,6 @@ std::mutex blocks_mutex;
 // the interpreter's shutdown, after static destructors may have run.
 std::unordered_map<void*, torch_block>& blocks = *new std::unordered_map<void*, torch_block>();
 std::uint64_t blocks_handed_out = 0;  // guarded by blocks_mutex
-
-std::uint64_t now_ns() noexcept {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 
 /// PyTorch's counts of one device that only the bridge can keep (its
 /// memory_stats keys "allocation.all.*", "allocated_bytes.all.allocated" and
@@ -119,7 +113,7 @@ void record_event(int device, history_action action, void* pointer, std::size_t 
     history_event event;
     event.action = action;
     event.sequence = ++history.sequence;
-    event.time_ns = now_ns();
+    event.time_ns = history_clock_ns();
     event.pointer = pointer;
     event.bytes = bytes;
     event.alignment = default_alignment;
@@ -279,7 +273,7 @@ std::vector<memory_snapshot> bridge_snapshots(int device) {
     if (!index_of[slot]) {
       index_of[slot] = taken.size();
       memory_snapshot& stack = taken.emplace_back();
-      stack.time_ns = now_ns();
+      stack.time_ns = history_clock_ns();
       resource_state bridge;
       bridge.name = "cudapmr.torch bridge (PyTorch's tensors)";
       bridge.kind = memory_kind::device;

@@ -268,7 +268,7 @@ void write_stack(json_writer& json, const memory_snapshot& stack) {
   });
   write_objects(json, "annotations", stack.annotations, [&json](const history_annotation& mark) {
     json.member("name", std::string_view(mark.name));
-    json.member("stage", mark.stage == annotation_stage::begin ? "begin" : "end");
+    json.member("stage", to_string(mark.stage));
     json.member("time_ns", mark.time_ns);
     json.member("thread", mark.thread);
   });

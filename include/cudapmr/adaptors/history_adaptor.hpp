@@ -64,6 +64,11 @@ struct history_event {
 /// Where a named region starts or ends.
 enum class annotation_stage : std::uint8_t { begin, end };
 
+/// "begin" or "end".
+[[nodiscard]] constexpr std::string_view to_string(annotation_stage stage) noexcept {
+  return stage == annotation_stage::begin ? "begin" : "end";
+}
+
 /// A user's mark in the history, like `torch.cuda.memory`'s annotations.
 struct history_annotation {
   std::string name;

@@ -44,7 +44,7 @@ nb::dict event_dict(const history_event& event) {
 nb::dict annotation_dict(const history_annotation& annotation) {
   nb::dict result;
   result["name"] = annotation.name;
-  result["stage"] = annotation.stage == annotation_stage::begin ? "begin" : "end";
+  result["stage"] = std::string(to_string(annotation.stage));
   result["time_ns"] = annotation.time_ns;
   result["thread"] = annotation.thread;
   return result;

@@ -56,6 +56,14 @@ std::size_t device::free_memory() const {
   return free_bytes;
 }
 
+std::optional<std::size_t> device::free_memory_if_known(int ordinal) noexcept {
+  try {
+    return device(ordinal).free_memory();
+  } catch (...) {  // no such device, or CUDA cannot say
+    return std::nullopt;
+  }
+}
+
 void device::set_current() const { CUDAPMR_CHECK(cudaSetDevice(ordinal_)); }
 
 namespace detail {

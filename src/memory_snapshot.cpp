@@ -201,12 +201,8 @@ out_of_memory_report explain_out_of_memory(const stream_ordered_resource& top, s
       report.reclaimable_bytes += *state.reserved_bytes - *state.used_bytes;
   }
   report.trimming_would_make_room = !report.refused_by_cap && report.reclaimable_bytes + headroom >= bytes;
-  if ((top.kind() == memory_kind::device || top.kind() == memory_kind::managed) && top.device_id() >= 0) {
-    try {
-      report.device_free_bytes = device(top.device_id()).free_memory();
-    } catch (const cuda_error&) {  // the report goes without it; the refusal stays what it was
-    }
-  }
+  if ((top.kind() == memory_kind::device || top.kind() == memory_kind::managed) && top.device_id() >= 0)
+    report.device_free_bytes = device::free_memory_if_known(top.device_id());
   report.text = report_text(report);
   return report;
 }

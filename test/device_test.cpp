@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -41,7 +42,15 @@ TEST(Device, DescribesItself) {
   EXPECT_GE(major * 10 + minor, 75);
   EXPECT_GT(gpu.attribute(cudaDevAttrMultiProcessorCount), 0);
   EXPECT_GT(gpu.total_memory(), gpu.free_memory() / 2);
+  const std::optional<std::size_t> free_bytes = device::free_memory_if_known(0);
+  ASSERT_TRUE(free_bytes.has_value());
+  EXPECT_LE(*free_bytes, gpu.total_memory());
   EXPECT_EQ(gpu, device(0));
+}
+
+TEST(Device, FreeMemoryIfKnownIsEmptyWhereThereIsNoSuchDevice) {
+  EXPECT_EQ(device::free_memory_if_known(-1), std::nullopt);
+  EXPECT_EQ(device::free_memory_if_known(device::count()), std::nullopt);
 }
 
 TEST(Device, SetCurrentMakesItCurrent) {

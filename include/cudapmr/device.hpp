@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace cudapmr {
@@ -39,6 +40,10 @@ class device {
   /// Total and currently free global memory of this device, in bytes.
   [[nodiscard]] std::size_t total_memory() const;
   [[nodiscard]] std::size_t free_memory() const;
+  /// The free memory of device `ordinal`, or nothing where there is no such
+  /// device or CUDA cannot say: for reports and history entries, which go on
+  /// without it. Never throws.
+  [[nodiscard]] static std::optional<std::size_t> free_memory_if_known(int ordinal) noexcept;
   /// Makes this device current on the calling thread.
   void set_current() const;
 

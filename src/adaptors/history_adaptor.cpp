@@ -139,11 +139,7 @@ std::vector<history_event> history_adaptor::events() const {
 
 std::uint64_t history_adaptor::device_free_now() const noexcept {
   if ((kind() != memory_kind::device && kind() != memory_kind::managed) || device_id() < 0) return unknown_device_free;
-  try {
-    return device(device_id()).free_memory();
-  } catch (...) {  // the event goes without it
-    return unknown_device_free;
-  }
+  return device::free_memory_if_known(device_id()).value_or(unknown_device_free);
 }
 
 void* history_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {

@@ -249,16 +249,6 @@ void free_after_uses(void* pointer, const torch_block& block, cudaStream_t strea
   block.resource->deallocate_async(pointer, block.bytes, stream);
 }
 
-/// The device's free memory where CUDA can say, for the history's "oom"
-/// entries (PyTorch's viewer shows it). Never throws.
-std::optional<std::size_t> free_memory_of(int device) noexcept {
-  try {
-    return cudapmr::device(device).free_memory();
-  } catch (...) {  // no such device, or CUDA cannot say: the entry goes without it
-    return std::nullopt;
-  }
-}
-
 /// The bridge's view of `device`, or for -1 of every device with a registered
 /// resource, blocks or recorded events, as the snapshots the exporter reads:
 /// the bridge as the resource (PyTorch's device; the tensors' bytes), the
@@ -508,7 +498,7 @@ extern "C" __attribute__((visibility("default"))) void* cudapmr_torch_malloc(std
     out_of_memory = true;
     if (bridge::valid_device(device)) {
       const std::optional<std::size_t> free_bytes = bridge::recording.load(std::memory_order_relaxed)
-                                                        ? bridge::free_memory_of(device)
+                                                        ? cudapmr::device::free_memory_if_known(device)
                                                         : std::nullopt;
       const std::lock_guard lock(bridge::blocks_mutex);
       ++bridge::counts[static_cast<std::size_t>(device)].refusals;

@@ -571,6 +571,108 @@ def test_negative_sizes_name_the_value(host):
     assert host.used_bytes == 0
 
 
+@pytest.mark.parametrize(
+    "make, named",
+    [
+        (lambda h: cudapmr.HostMemoryResource(-1), "HostMemoryResource: capacity -1 is negative"),
+        (lambda h: cudapmr.HostMemoryResource(1 << 70), r"capacity 1180591620717411303424 is past 2\*\*64 - 1"),
+        (lambda h: cudapmr.LimitingAdaptor(h, -5), "LimitingAdaptor: cap -5 is negative"),
+        (lambda h: cudapmr.HistoryAdaptor(h, capacity=-3), "HistoryAdaptor: capacity -3 is negative"),
+        (lambda h: cudapmr.TrackingAdaptor(h, freed_history=-2), "TrackingAdaptor: freed_history -2 is negative"),
+        (lambda h: cudapmr.CachingResource(h, max_cached_bytes=-9), "CachingResource: max_cached_bytes -9"),
+        (lambda h: cudapmr.CachingResource(h, max_cached_block=-9), "CachingResource: max_cached_block -9"),
+        (lambda h: cudapmr.CoalescingResource(h, max_idle_bytes=-9), "CoalescingResource: max_idle_bytes -9"),
+        (lambda h: cudapmr.DeviceMemoryResourceOptions(max_size=-9), "max_size -9 is negative"),
+        (lambda h: cudapmr.PinnedMemoryResourceOptions(initial_size=-9), "initial_size -9 is negative"),
+        (lambda h: setattr(cudapmr.ManagedMemoryResourceOptions(), "release_threshold", -1),
+         "release_threshold -1 is negative"),
+        (lambda h: h.allocate(1 << 70), r"allocate: nbytes 1180591620717411303424 is past 2\*\*64 - 1"),
+        (lambda h: h.allocate_raw(64, alignment=-256), "allocate_raw: alignment -256 is negative"),
+    ],
+)
+def test_negative_and_too_large_counts_are_value_errors_naming_the_argument(host, make, named):
+    # A std::size_t parameter gave nanobind's TypeError, naming neither the argument nor the value.
+    with pytest.raises(ValueError, match=named):
+        make(host)
+    assert host.used_bytes == 0
+
+
+def test_counts_take_other_integer_types_and_refuse_what_is_no_integer():
+    np = needs("numpy")
+    assert cudapmr.HostMemoryResource(np.int64(4096)).capacity == 4096
+    with pytest.raises(TypeError):
+        cudapmr.HostMemoryResource(4096.0)
+
+
+def test_fill_names_a_value_out_of_range(host):
+    with host.allocate(64) as buffer:
+        with pytest.raises(ValueError, match="fill: value -1 is negative"):
+            buffer.fill(-1)
+        with pytest.raises(ValueError, match="fill: value 8589934592 does not fit 4 bytes"):
+            buffer.fill(1 << 33, 4)
+
+
+def test_options_show_their_fields():
+    assert repr(cudapmr.DeviceMemoryResourceOptions(max_size=4096)) == (
+        "DeviceMemoryResourceOptions(initial_size=0, max_size=4096, release_threshold=18446744073709551615, "
+        "ipc_enabled=False)")
+    assert "numa_node=None" in repr(cudapmr.PinnedMemoryResourceOptions())
+    assert "preferred_device=0" in repr(cudapmr.ManagedMemoryResourceOptions(preferred_device=0))
+
+
+def test_logging_adaptor_takes_a_path_object(host, tmp_path):
+    logged = cudapmr.LoggingAdaptor(host, tmp_path / "log.csv")
+    logged.deallocate_raw(logged.allocate_raw(64), 64)
+    logged.flush()
+    assert len((tmp_path / "log.csv").read_text().splitlines()) == 3
+
+
+def test_an_annotation_with_a_lone_surrogate_reads_as_replacement_characters(host):
+    history = cudapmr.HistoryAdaptor(host)
+    with history.annotate("step\ud800one"):
+        pass
+    names = [annotation["name"] for annotation in history.annotations()]
+    assert names == ["step\ufffd\ufffd\ufffdone"] * 2  # as bytes.decode("utf-8", "replace") reads it
+
+
+def test_a_snapshot_of_something_else_names_its_type(host, tmp_path):
+    with pytest.raises(TypeError, match="snapshot: expected a MemoryResource or a list of them; got an object of "
+                                        "type NoneType"):
+        cudapmr.snapshot(None)
+    with pytest.raises(TypeError, match="the list holds an object of type int"):
+        cudapmr.dump_snapshot([host, 5], tmp_path / "s.json")
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_the_stream_protocol_is_read_in_its_version_0_only():
+    class Protocol:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def __cuda_stream__(self):
+            return self.answer
+
+    assert cudapmr.stream_handle(Protocol((0, 42))) == 42
+    for answer in [(1, 42), (0, 42, 3), [0, 42], 42]:
+        with pytest.raises(ValueError, match=r"the CUDA stream protocol's version 0 gives a tuple \(0, handle\)"):
+            cudapmr.stream_handle(Protocol(answer))
+
+
+def test_cupy_pinned_allocator_refuses_pageable_memory(host, monkeypatch):
+    # CuPy copies from a PinnedMemoryPointer as from page-locked memory; pageable memory would be staged.
+    import importlib
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    monkeypatch.delitem(sys.modules, "cudapmr.cupy", raising=False)
+    plugin = importlib.import_module("cudapmr.cupy")
+    with pytest.raises(ValueError, match="pinned or managed memory; host_memory_resource is pageable memory"):
+        plugin.pinned_allocator(host)
+    with pytest.raises(ValueError, match="pinned or managed memory"):
+        plugin.pinned_allocator(cudapmr.CachingResource(host))
+
+
 def test_stream_arguments_take_other_integer_types():
     np = needs("numpy")
     assert cudapmr.stream_handle(np.int64(42)) == 42
@@ -773,6 +875,8 @@ def test_install_allocators_refuses_what_it_cannot_install(host):
         cudapmr.install_allocators(host, device_id=0)
     with pytest.raises(TypeError, match="cudapmr resource"):
         cudapmr.install_allocators(object())
+    with pytest.raises(ValueError, match="device-accessible"):  # said before any device is asked for
+        cudapmr.install_allocators(host)
 
 
 def test_numba_memory_manager_speaks_emm_version_1_and_refuses_host_memory(host):
@@ -806,6 +910,9 @@ def test_without_a_gpu_cuda_resources_say_so():
                  cudapmr.current_device, cudapmr.default_pinned_resource, cudapmr.default_managed_resource):
         with pytest.raises(cudapmr.CudaError, match="no CUDA device was found"):
             make()
+    with pytest.raises(cudapmr.CudaError, match="no CUDA device was found") as refused:
+        cudapmr.synchronize_device(0)
+    assert "cudaGetDevice(" not in str(refused.value)  # the device named, not the line that asked
 
 
 def test_host_numa_topology_is_listed_and_pages_are_located():

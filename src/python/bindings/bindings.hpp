@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,18 +25,33 @@ namespace cudapmr::python {
 /// \throws nanobind::type_error naming the argument's type; nanobind::value_error for a negative handle.
 [[nodiscard]] cudaStream_t stream_handle(nanobind::handle stream);
 
-/// `bytes` from Python as a byte count.
-/// \throws nanobind::value_error naming `operation` and the value when it is negative.
-[[nodiscard]] inline std::size_t byte_count(std::int64_t bytes, const char* operation) {
-  if (bytes < 0)
-    throw nanobind::value_error(
-        (std::string(operation) + ": nbytes " + std::to_string(bytes) + " is negative").c_str());
-  return static_cast<std::size_t>(bytes);
+/// A count (bytes, entries, an alignment) as Python passes it: any int, or an
+/// object with `__index__` such as NumPy's integers. It is checked where it is
+/// used, so that a negative or too large value is refused with a ValueError
+/// naming the argument and the value (a std::size_t parameter would give
+/// nanobind's TypeError, which names neither).
+struct count {
+  nanobind::object value;  // a Python int
+
+  /// The value as a std::size_t.
+  /// \throws nanobind::value_error "WHAT VALUE is negative" or "WHAT VALUE is past 2**64 - 1".
+  [[nodiscard]] std::size_t get(const char* what) const;
+};
+
+/// `value` as a std::size_t where it is given; nothing for None.
+[[nodiscard]] inline std::optional<std::size_t> get(const std::optional<count>& value, const char* what) {
+  if (!value) return std::nullopt;
+  return value->get(what);
 }
 
 /// `text` as a Python str, where an ill-formed UTF-8 sequence (a path or a
 /// symbol in a call stack) reads as U+FFFD; None where Python has no memory for it.
 [[nodiscard]] nanobind::object text_of(std::string_view text);
+
+/// `text`'s UTF-8 bytes, a lone surrogate among them as Python's
+/// "surrogatepass" writes it: names reach the exports, which write each
+/// ill-formed sequence as U+FFFD, instead of being refused.
+[[nodiscard]] std::string utf8_of(const nanobind::str& text);
 
 /// The handle as Python sees it: an int.
 [[nodiscard]] inline std::uintptr_t stream_int(stream_ref stream) noexcept {
@@ -91,3 +107,27 @@ void bind_observability(nanobind::module_& module);
 void bind_torch_allocator(nanobind::module_& module);
 
 }  // namespace cudapmr::python
+
+namespace nanobind::detail {
+/// Takes any integer for a cudapmr::python::count; anything else is no match
+/// (nanobind's TypeError, as for a std::size_t).
+template <>
+struct type_caster<cudapmr::python::count> {
+  NB_TYPE_CASTER(cudapmr::python::count, const_name("int"))
+
+  bool from_python(handle source, uint8_t, cleanup_list*) noexcept {
+    if (PyBool_Check(source.ptr()) || !PyIndex_Check(source.ptr())) return false;
+    PyObject* index = PyNumber_Index(source.ptr());
+    if (index == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    value.value = steal(index);
+    return true;
+  }
+
+  static handle from_cpp(const cudapmr::python::count& given, rv_policy, cleanup_list*) noexcept {
+    return given.value.inc_ref();
+  }
+};
+}  // namespace nanobind::detail

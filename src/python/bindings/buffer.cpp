@@ -371,7 +371,12 @@ void bind_buffer(nb::module_& module) {
           "Copies `src` (a Buffer or a host object with the buffer protocol) in stream order.")
       .def(
           "fill",
-          [](python_buffer& self, std::uint32_t value, std::size_t width, nb::handle stream) {
+          [](python_buffer& self, const count& given, const count& given_width, nb::handle stream) {
+            const std::size_t width = given_width.get("fill: width");
+            const std::size_t wide_value = given.get("fill: value");
+            if (wide_value > 0xFFFFFFFFu)
+              throw nb::value_error(("fill: value " + std::to_string(wide_value) + " does not fit 4 bytes").c_str());
+            const auto value = static_cast<std::uint32_t>(wide_value);
             const std::shared_ptr<shared_memory> pinned = pin(self, "fill");
             cudapmr::buffer<std::byte>& memory = pinned->memory;
             if (width != 1 && width != 2 && width != 4)

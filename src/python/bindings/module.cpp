@@ -7,6 +7,9 @@
 #include <cudapmr/memory_snapshot.hpp>
 #include <cudapmr/version.hpp>
 
+#include <cstddef>
+#include <string>
+
 namespace nb = nanobind;
 
 namespace cudapmr::python {
@@ -18,6 +21,23 @@ nb::object text_of(std::string_view text) {
     return nb::none();
   }
   return nb::steal(decoded);
+}
+
+std::string utf8_of(const nb::str& text) {
+  const nb::object encoded = nb::steal(PyUnicode_AsEncodedString(text.ptr(), "utf-8", "surrogatepass"));
+  if (!encoded.is_valid()) throw nb::python_error();
+  return {PyBytes_AS_STRING(encoded.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(encoded.ptr()))};
+}
+
+std::size_t count::get(const char* what) const {
+  const unsigned long long converted = PyLong_AsUnsignedLongLong(value.ptr());
+  if (!PyErr_Occurred()) return static_cast<std::size_t>(converted);
+  PyErr_Clear();  // negative (OverflowError) or past 64 bits: said in a ValueError of its own
+  const bool negative = PyObject_RichCompareBool(value.ptr(), nb::int_(0).ptr(), Py_LT) == 1;
+  PyErr_Clear();
+  throw nb::value_error((std::string(what) + " " + nb::str(value).c_str() +
+                         (negative ? " is negative" : " is past 2**64 - 1"))
+                            .c_str());
 }
 
 namespace {

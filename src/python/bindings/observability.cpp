@@ -43,7 +43,7 @@ nb::dict event_dict(const history_event& event) {
 
 nb::dict annotation_dict(const history_annotation& annotation) {
   nb::dict result;
-  result["name"] = annotation.name;
+  result["name"] = text_of(annotation.name);  // an ill-formed name (a lone surrogate) reads as U+FFFD
   result["stage"] = std::string(to_string(annotation.stage));
   result["time_ns"] = annotation.time_ns;
   result["thread"] = annotation.thread;
@@ -134,12 +134,12 @@ void bind_observability(nb::module_& module) {
       "named regions; an OutOfMemoryError through it carries a report of the stack below.")
       .def(
           "__init__",
-          [](history_adaptor* self, stream_ordered_resource& upstream, std::size_t capacity,
-             bool capture_call_stacks, std::size_t call_stack_depth) {
+          [](history_adaptor* self, stream_ordered_resource& upstream, const count& capacity,
+             bool capture_call_stacks, const count& call_stack_depth) {
             history_options options;
-            options.capacity = capacity;
+            options.capacity = capacity.get("HistoryAdaptor: capacity");
             options.capture_call_stacks = capture_call_stacks;
-            options.call_stack_depth = call_stack_depth;
+            options.call_stack_depth = call_stack_depth.get("HistoryAdaptor: call_stack_depth");
             new (self) history_adaptor(upstream, options);
           },
           "upstream"_a, nb::kw_only(), "capacity"_a = history_options{}.capacity,
@@ -161,9 +161,12 @@ void bind_observability(nb::module_& module) {
       .def_prop_ro("recorded", &history_adaptor::recorded, "Every event ever recorded, kept or not.")
       .def_prop_ro("dropped", &history_adaptor::dropped, "Events the ring no longer holds.")
       .def_prop_ro("capacity", &history_adaptor::capacity, "The ring's size in events.")
-      .def("annotate_begin", &history_adaptor::annotate_begin, "name"_a,
-           "Marks the start of the region `name` (see annotate()).")
-      .def("annotate_end", &history_adaptor::annotate_end, "name"_a, "Marks the end of the region `name`.")
+      .def(
+          "annotate_begin", [](history_adaptor& self, const nb::str& name) { self.annotate_begin(utf8_of(name)); },
+          "name"_a, "Marks the start of the region `name` (see annotate()).")
+      .def(
+          "annotate_end", [](history_adaptor& self, const nb::str& name) { self.annotate_end(utf8_of(name)); },
+          "name"_a, "Marks the end of the region `name`.")
       .def(
           "annotations",
           [](const history_adaptor& self) {

@@ -18,6 +18,7 @@
 #include <cudapmr/pinned_memory_resource.hpp>
 #include <cudapmr/pool_resource.hpp>
 
+#include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
@@ -41,7 +42,22 @@ std::string counter_repr(const usage_counter& counter) {
          ", total=" + std::to_string(counter.total);
 }
 
+/// An options class's byte-count field as a Python property, set from any int
+/// with the ValueError of `count` (def_rw of a std::size_t gives nanobind's TypeError).
+template <class Options>
+auto count_getter(std::size_t Options::*field) {
+  return [field](const Options& options) { return options.*field; };
+}
+template <class Options>
+auto count_setter(std::size_t Options::*field, const char* name) {
+  return [field, name](Options& options, const count& value) { options.*field = value.get(name); };
+}
+
 std::string optional_repr(const std::optional<std::size_t>& value) {
+  return value ? std::to_string(*value) : std::string("None");
+}
+
+std::string optional_int_repr(const std::optional<int>& value) {
   return value ? std::to_string(*value) : std::string("None");
 }
 
@@ -86,7 +102,12 @@ void bind_statistics(nb::module_& module) {
 
   nb::class_<stream_statistics>(module, "StreamStatistics", "The counters of the events ordered on one stream.")
       .def_prop_ro("stream", [](const stream_statistics& stats) { return stream_int(stats.stream); })
-      .def_ro("statistics", &stream_statistics::statistics);
+      .def_ro("statistics", &stream_statistics::statistics)
+      .def("__repr__", [](const stream_statistics& stats) {
+        return "StreamStatistics(stream=" + std::to_string(stream_int(stats.stream)) + ", bytes=(" +
+               counter_repr(stats.statistics.bytes) + "), allocations=(" + counter_repr(stats.statistics.allocations) +
+               "))";
+      });
 
   nb::class_<cache_statistics>(module, "CacheStatistics", "What a CachingResource has done and holds.")
       .def_ro("hits", &cache_statistics::hits)
@@ -168,30 +189,32 @@ void bind_base(nb::module_& module) {
       "A cudapmr memory resource: stream-ordered allocation of one kind of memory. Not constructed directly.")
       .def(
           "allocate",
-          [](nb::handle self, std::int64_t bytes, nb::handle stream) {
-            return allocate_buffer(self, nb::cast<stream_ordered_resource&>(self), byte_count(bytes, "allocate"),
+          [](nb::handle self, const count& bytes, nb::handle stream) {
+            return allocate_buffer(self, nb::cast<stream_ordered_resource&>(self), bytes.get("allocate: nbytes"),
                                    stream);
           },
           "nbytes"_a, nb::kw_only(), "stream"_a.none() = nb::none(), nb::rv_policy::take_ownership,
           "A Buffer of `nbytes` allocated in stream order on `stream` (None: the legacy default stream).")
       .def(
           "allocate_raw",
-          [](stream_ordered_resource& self, std::int64_t bytes, nb::handle stream, std::size_t alignment) {
-            const std::size_t checked = byte_count(bytes, "allocate_raw");
+          [](stream_ordered_resource& self, const count& bytes, nb::handle stream, const count& alignment) {
+            const std::size_t checked = bytes.get("allocate_raw: nbytes");
+            const std::size_t aligned_to = alignment.get("allocate_raw: alignment");
             const cudaStream_t on = stream_handle(stream);
             nb::gil_scoped_release unlocked;
-            return reinterpret_cast<std::uintptr_t>(self.allocate_async(checked, alignment, on));
+            return reinterpret_cast<std::uintptr_t>(self.allocate_async(checked, aligned_to, on));
           },
           "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Allocates `nbytes` in stream order on `stream` and returns the address (an int).")
       .def(
           "deallocate_raw",
-          [](stream_ordered_resource& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
-             std::size_t alignment) {
-            const std::size_t checked = byte_count(bytes, "deallocate_raw");
+          [](stream_ordered_resource& self, std::uintptr_t pointer, const count& bytes, nb::handle stream,
+             const count& alignment) {
+            const std::size_t checked = bytes.get("deallocate_raw: nbytes");
+            const std::size_t aligned_to = alignment.get("deallocate_raw: alignment");
             const cudaStream_t on = stream_handle(stream);
             nb::gil_scoped_release unlocked;
-            self.deallocate_async(reinterpret_cast<void*>(pointer), checked, alignment, on);
+            self.deallocate_async(reinterpret_cast<void*>(pointer), checked, aligned_to, on);
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "Frees an address from allocate_raw in stream order on `stream`; sizes must match. Never raises for "
@@ -234,53 +257,91 @@ void bind_kinds(nb::module_& module) {
       .def("statistics", &pool_resource::stats, nb::call_guard<nb::gil_scoped_release>(),
            "The pool's counters, a PoolStatistics.")
       .def("reset_peaks", &pool_resource::reset_peaks)
-      .def("trim_to", &pool_resource::trim_to, "nbytes"_a, nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_rw("release_threshold", &pool_resource::release_threshold, &pool_resource::set_release_threshold)
+      .def(
+          "trim_to",
+          [](pool_resource& self, const count& bytes) {
+            const std::size_t keep = bytes.get("trim_to: nbytes");
+            nb::gil_scoped_release unlocked;
+            self.trim_to(keep);
+          },
+          "nbytes"_a)
+      .def_prop_rw("release_threshold", &pool_resource::release_threshold,
+                   [](pool_resource& self, const count& bytes) {
+                     self.set_release_threshold(bytes.get("release_threshold"));
+                   })
       .def_prop_ro("placement_note", &pool_resource::placement_note,
                    "Why the pool is not where it was asked to be (a NUMA node CUDA refused); empty when it is.");
 
   nb::class_<device_pool_options>(module, "DeviceMemoryResourceOptions", "Options of an owned device pool.")
       .def(
           "__init__",
-          [](device_pool_options* self, std::size_t initial_size, std::size_t max_size,
-             std::size_t release_threshold, bool ipc_enabled) {
-            new (self) device_pool_options{initial_size, max_size, release_threshold, ipc_enabled};
+          [](device_pool_options* self, const count& initial_size, const count& max_size,
+             const count& release_threshold, bool ipc_enabled) {
+            new (self) device_pool_options{initial_size.get("initial_size"), max_size.get("max_size"),
+                                           release_threshold.get("release_threshold"), ipc_enabled};
           },
           nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "ipc_enabled"_a = false)
-      .def_rw("initial_size", &device_pool_options::initial_size)
-      .def_rw("max_size", &device_pool_options::max_size)
-      .def_rw("release_threshold", &device_pool_options::release_threshold)
-      .def_rw("ipc_enabled", &device_pool_options::ipc_enabled);
+      .def_prop_rw("initial_size", count_getter(&device_pool_options::initial_size),
+                   count_setter(&device_pool_options::initial_size, "initial_size"))
+      .def_prop_rw("max_size", count_getter(&device_pool_options::max_size),
+                   count_setter(&device_pool_options::max_size, "max_size"))
+      .def_prop_rw("release_threshold", count_getter(&device_pool_options::release_threshold),
+                   count_setter(&device_pool_options::release_threshold, "release_threshold"))
+      .def_rw("ipc_enabled", &device_pool_options::ipc_enabled)
+      .def("__repr__", [](const device_pool_options& options) {
+        return "DeviceMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
+               ", max_size=" + std::to_string(options.max_size) +
+               ", release_threshold=" + std::to_string(options.release_threshold) +
+               ", ipc_enabled=" + (options.ipc_enabled ? "True" : "False") + ")";
+      });
 
   nb::class_<pinned_pool_options>(module, "PinnedMemoryResourceOptions", "Options of an owned pinned host pool.")
       .def(
           "__init__",
-          [](pinned_pool_options* self, std::size_t initial_size, std::size_t max_size,
-             std::size_t release_threshold, std::optional<int> numa_node) {
-            new (self) pinned_pool_options{initial_size, max_size, release_threshold, numa_node};
+          [](pinned_pool_options* self, const count& initial_size, const count& max_size,
+             const count& release_threshold, std::optional<int> numa_node) {
+            new (self) pinned_pool_options{initial_size.get("initial_size"), max_size.get("max_size"),
+                                           release_threshold.get("release_threshold"), numa_node};
           },
           nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "numa_node"_a.none() = nb::none(),
           "numa_node: the host NUMA node of the pool's pages; None: the node nearest the current device; "
           "ANY_NUMA_NODE: wherever the kernel puts them.")
-      .def_rw("initial_size", &pinned_pool_options::initial_size)
-      .def_rw("max_size", &pinned_pool_options::max_size)
-      .def_rw("release_threshold", &pinned_pool_options::release_threshold)
-      .def_rw("numa_node", &pinned_pool_options::numa_node);
+      .def_prop_rw("initial_size", count_getter(&pinned_pool_options::initial_size),
+                   count_setter(&pinned_pool_options::initial_size, "initial_size"))
+      .def_prop_rw("max_size", count_getter(&pinned_pool_options::max_size),
+                   count_setter(&pinned_pool_options::max_size, "max_size"))
+      .def_prop_rw("release_threshold", count_getter(&pinned_pool_options::release_threshold),
+                   count_setter(&pinned_pool_options::release_threshold, "release_threshold"))
+      .def_rw("numa_node", &pinned_pool_options::numa_node)
+      .def("__repr__", [](const pinned_pool_options& options) {
+        return "PinnedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
+               ", max_size=" + std::to_string(options.max_size) +
+               ", release_threshold=" + std::to_string(options.release_threshold) +
+               ", numa_node=" + optional_int_repr(options.numa_node) + ")";
+      });
 
   nb::class_<managed_pool_options>(module, "ManagedMemoryResourceOptions", "Options of an owned managed pool.")
       .def(
           "__init__",
-          [](managed_pool_options* self, std::size_t initial_size, std::size_t release_threshold,
+          [](managed_pool_options* self, const count& initial_size, const count& release_threshold,
              std::optional<int> preferred_device) {
-            new (self) managed_pool_options{initial_size, release_threshold, preferred_device};
+            new (self) managed_pool_options{initial_size.get("initial_size"), release_threshold.get("release_threshold"),
+                                            preferred_device};
           },
           nb::kw_only(), "initial_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "preferred_device"_a.none() = nb::none())
-      .def_rw("initial_size", &managed_pool_options::initial_size)
-      .def_rw("release_threshold", &managed_pool_options::release_threshold)
-      .def_rw("preferred_device", &managed_pool_options::preferred_device);
+      .def_prop_rw("initial_size", count_getter(&managed_pool_options::initial_size),
+                   count_setter(&managed_pool_options::initial_size, "initial_size"))
+      .def_prop_rw("release_threshold", count_getter(&managed_pool_options::release_threshold),
+                   count_setter(&managed_pool_options::release_threshold, "release_threshold"))
+      .def_rw("preferred_device", &managed_pool_options::preferred_device)
+      .def("__repr__", [](const managed_pool_options& options) {
+        return "ManagedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
+               ", release_threshold=" + std::to_string(options.release_threshold) +
+               ", preferred_device=" + optional_int_repr(options.preferred_device) + ")";
+      });
 
   nb::class_<device_memory_resource, pool_resource>(
       module, "DeviceMemoryResource",
@@ -329,7 +390,12 @@ void bind_kinds(nb::module_& module) {
   nb::class_<host_memory_resource, stream_ordered_resource>(
       module, "HostMemoryResource",
       "Pageable host memory behind the same interface (no GPU needed); streams are accepted and ignored.")
-      .def(nb::init<std::size_t>(), "capacity"_a = std::numeric_limits<std::size_t>::max())
+      .def(
+          "__init__",
+          [](host_memory_resource* self, const count& capacity) {
+            new (self) host_memory_resource(capacity.get("HostMemoryResource: capacity"));
+          },
+          "capacity"_a = std::numeric_limits<std::size_t>::max())
       .def_prop_ro("used_bytes", &host_memory_resource::used_bytes)
       .def_prop_ro("capacity", &host_memory_resource::capacity);
 
@@ -346,8 +412,9 @@ void bind_kinds(nb::module_& module) {
       "allocation and unmapped once the work before their free is done, never with a device-wide synchronize.")
       .def(
           "__init__",
-          [](virtual_memory_resource* self, int device, std::size_t reserve_bytes, bool exportable) {
-            new (self) virtual_memory_resource(device, {.reserve_bytes = reserve_bytes, .exportable = exportable});
+          [](virtual_memory_resource* self, int device, const count& reserve_bytes, bool exportable) {
+            new (self) virtual_memory_resource(
+                device, {.reserve_bytes = reserve_bytes.get("VirtualMemoryResource: reserve_bytes"), .exportable = exportable});
           },
           "device_id"_a = 0, nb::kw_only(), "reserve_bytes"_a = 0, "exportable"_a = true)
       .def_prop_ro("mapped_bytes", &virtual_memory_resource::mapped_bytes)
@@ -364,10 +431,10 @@ void bind_kinds(nb::module_& module) {
       "coalescing engine over the virtual-memory leaf; state() and snapshots show each layer.")
       .def(
           "__init__",
-          [](device_stack* self, int device_id, bool hand_back_before_large, std::optional<std::size_t> stream_share) {
+          [](device_stack* self, int device_id, bool hand_back_before_large, const std::optional<count>& stream_share) {
             device_stack_options options;
             options.front.hand_back_before_large = hand_back_before_large;
-            options.front.stream_share = stream_share;
+            options.front.stream_share = get(stream_share, "DeviceStack: stream_share");
             new (self) device_stack(device_id, options);
           },
           "device_id"_a = 0, nb::kw_only(), "hand_back_before_large"_a = device_stack_options{}.front.hand_back_before_large,
@@ -395,9 +462,9 @@ void bind_adaptors(nb::module_& module) {
       "A bounded cache of freed blocks by size class over any resource, shared between streams in a safe order.")
       .def(
           "__init__",
-          [](caching_resource* self, stream_ordered_resource& upstream, std::size_t max_cached_block,
-             std::optional<std::size_t> max_cached_bytes, bool check_capture, double shrink_interval,
-             bool hand_back_before_large, std::optional<std::size_t> stream_share,
+          [](caching_resource* self, stream_ordered_resource& upstream, const count& max_cached_block,
+             const std::optional<count>& max_cached_bytes, bool check_capture, double shrink_interval,
+             bool hand_back_before_large, const std::optional<count>& stream_share,
              std::optional<double> max_cached_per_live) {
             if (!(shrink_interval >= 0.0))  // also NaN
               throw nb::value_error(
@@ -405,13 +472,16 @@ void bind_adaptors(nb::module_& module) {
             // Whole milliseconds, rounded up: a positive interval never becomes 0 (shrink at once).
             const auto interval =
                 std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(std::min(shrink_interval, 1e9) * 1000.0)));
-            new (self) caching_resource(upstream, caching_options{.max_cached_block = max_cached_block,
-                                                                  .max_cached_bytes = max_cached_bytes,
+            new (self) caching_resource(upstream, caching_options{.max_cached_block = max_cached_block.get(
+                                                                      "CachingResource: max_cached_block"),
+                                                                  .max_cached_bytes = get(
+                                                                      max_cached_bytes, "CachingResource: max_cached_bytes"),
                                                                   .check_capture = check_capture,
                                                                   .shrink_interval = interval,
                                                                   .max_cached_per_live = max_cached_per_live,
                                                                   .hand_back_before_large = hand_back_before_large,
-                                                                  .stream_share = stream_share});
+                                                                  .stream_share = get(
+                                                                      stream_share, "CachingResource: stream_share")});
           },
           "upstream"_a, nb::kw_only(), "max_cached_block"_a = caching_options{}.max_cached_block,
           "max_cached_bytes"_a = nb::none(), "check_capture"_a = true,
@@ -441,15 +511,17 @@ void bind_adaptors(nb::module_& module) {
       "Blocks carved from large upstream segments, best fit, split and merged: as frugal as PyTorch's allocator.")
       .def(
           "__init__",
-          [](coalescing_resource* self, stream_ordered_resource& upstream, std::size_t small_request,
-             std::size_t small_segment, std::size_t segment_granularity, bool check_capture,
-             std::size_t shared_large_segment, std::optional<std::size_t> max_idle_bytes) {
-            new (self) coalescing_resource(upstream, coalescing_options{.small_request = small_request,
-                                                                        .small_segment = small_segment,
-                                                                        .segment_granularity = segment_granularity,
-                                                                        .check_capture = check_capture,
-                                                                        .shared_large_segment = shared_large_segment,
-                                                                        .max_idle_bytes = max_idle_bytes});
+          [](coalescing_resource* self, stream_ordered_resource& upstream, const count& small_request,
+             const count& small_segment, const count& segment_granularity, bool check_capture,
+             const count& shared_large_segment, const std::optional<count>& max_idle_bytes) {
+            const coalescing_options options{
+                .small_request = small_request.get("CoalescingResource: small_request"),
+                .small_segment = small_segment.get("CoalescingResource: small_segment"),
+                .segment_granularity = segment_granularity.get("CoalescingResource: segment_granularity"),
+                .check_capture = check_capture,
+                .shared_large_segment = shared_large_segment.get("CoalescingResource: shared_large_segment"),
+                .max_idle_bytes = get(max_idle_bytes, "CoalescingResource: max_idle_bytes")};
+            new (self) coalescing_resource(upstream, options);
           },
           "upstream"_a, nb::kw_only(), "small_request"_a = coalescing_options{}.small_request,
           "small_segment"_a = coalescing_options{}.small_segment,
@@ -464,9 +536,10 @@ void bind_adaptors(nb::module_& module) {
            "A CoalescingStatistics.")
       .def(
           "release_idle",
-          [](coalescing_resource& self, std::optional<std::size_t> keep) {
+          [](coalescing_resource& self, const std::optional<count>& keep) {
+            const std::optional<std::size_t> kept = get(keep, "release_idle: keep");
             nb::gil_scoped_release unlocked;
-            return keep ? self.release_idle(*keep) : self.release_idle();
+            return kept ? self.release_idle(*kept) : self.release_idle();
           },
           "keep"_a.none() = nb::none(),
           "Hands back wholly free segments that no queued work can touch until at most `keep` idle bytes stay "
@@ -493,7 +566,12 @@ void bind_adaptors(nb::module_& module) {
 
   nb::class_<limiting_adaptor, resource_adaptor>(module, "LimitingAdaptor",
                                                  "Refuses allocations past a cap of bytes outstanding.")
-      .def(nb::init<stream_ordered_resource&, std::size_t>(), "upstream"_a, "cap"_a, nb::keep_alive<1, 2>())
+      .def(
+          "__init__",
+          [](limiting_adaptor* self, stream_ordered_resource& upstream, const count& cap) {
+            new (self) limiting_adaptor(upstream, cap.get("LimitingAdaptor: cap"));
+          },
+          "upstream"_a, "cap"_a, nb::keep_alive<1, 2>())
       .def_prop_ro("cap", &limiting_adaptor::cap)
       .def_prop_ro("used_bytes", &limiting_adaptor::used_bytes);
 
@@ -502,22 +580,23 @@ void bind_adaptors(nb::module_& module) {
       .def(
           "__init__",
           [](tracking_adaptor* self, stream_ordered_resource& upstream, bool capture_call_stacks,
-             std::size_t freed_history) {
+             const count& freed_history) {
             tracking_options options;
             options.capture_call_stacks = capture_call_stacks;
-            options.freed_history = freed_history;
+            options.freed_history = freed_history.get("TrackingAdaptor: freed_history");
             new (self) tracking_adaptor(upstream, std::move(options));
           },
           "upstream"_a, nb::kw_only(), "capture_call_stacks"_a = false, "freed_history"_a = 4096,
           nb::keep_alive<1, 2>())
       .def(
           "deallocate_checked",
-          [](tracking_adaptor& self, std::uintptr_t pointer, std::int64_t bytes, nb::handle stream,
-             std::size_t alignment) {
-            const std::size_t checked = byte_count(bytes, "deallocate_checked");
+          [](tracking_adaptor& self, std::uintptr_t pointer, const count& bytes, nb::handle stream,
+             const count& alignment) {
+            const std::size_t checked = bytes.get("deallocate_checked: nbytes");
+            const std::size_t aligned_to = alignment.get("deallocate_checked: alignment");
             const cudaStream_t on = stream_handle(stream);
             nb::gil_scoped_release unlocked;
-            self.deallocate_checked(reinterpret_cast<void*>(pointer), checked, alignment, on);
+            self.deallocate_checked(reinterpret_cast<void*>(pointer), checked, aligned_to, on);
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")
@@ -529,9 +608,9 @@ void bind_adaptors(nb::module_& module) {
                                                 "Writes one CSV line per allocation event to a file.")
       .def(
           "__init__",
-          [](logging_adaptor* self, stream_ordered_resource& upstream, const std::string& path,
-             std::size_t buffer_bytes) {
-            new (self) logging_adaptor(upstream, std::filesystem::path(path), logging_options{buffer_bytes});
+          [](logging_adaptor* self, stream_ordered_resource& upstream, const std::filesystem::path& path,
+             const count& buffer_bytes) {
+            new (self) logging_adaptor(upstream, path, logging_options{buffer_bytes.get("LoggingAdaptor: buffer_bytes")});
           },
           "upstream"_a, "path"_a, nb::kw_only(), "buffer_bytes"_a = logging_options{}.buffer_bytes,
           nb::keep_alive<1, 2>())

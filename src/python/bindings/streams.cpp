@@ -35,7 +35,14 @@ cudaStream_t handle_from_object(nb::handle stream) {
   if (nb::hasattr(stream, "__cuda_stream__")) {
     nb::object protocol = stream.attr("__cuda_stream__");
     if (PyCallable_Check(protocol.ptr())) protocol = protocol();
-    return handle_from_int(nb::int_(protocol[1]));  // (version, handle)
+    // The CUDA stream protocol's version 0: a tuple (0, handle).
+    if (!nb::isinstance<nb::tuple>(protocol) || nb::len(protocol) != 2 || !PyLong_Check(protocol[0].ptr()) ||
+        !protocol[0].equal(nb::int_(0)))
+      throw nb::value_error(("__cuda_stream__ of an object of type " + std::string(nb::type_name(stream.type()).c_str()) +
+                             " gave " + std::string(nb::repr(protocol).c_str()) +
+                             "; the CUDA stream protocol's version 0 gives a tuple (0, handle)")
+                                .c_str());
+    return handle_from_int(nb::int_(protocol[1]));
   }
   for (const char* attribute : {"cuda_stream", "ptr", "handle"})
     if (nb::hasattr(stream, attribute)) return handle_from_int(nb::int_(stream.attr(attribute)));
@@ -102,7 +109,7 @@ void bind_streams(nb::module_& module) {
       nb::arg("device_id"), nb::arg("attribute"), "A cudaDeviceAttr of the device, by its number.");
   module.def(
       "synchronize_device", [](int device) {
-        cudapmr::detail::scoped_device on(device);
+        cudapmr::detail::scoped_device on(cudapmr::device(device).ordinal());  // a bad ordinal named first
         CUDAPMR_CHECK(cudaDeviceSynchronize());
       },
       nb::arg("device_id") = 0, nb::call_guard<nb::gil_scoped_release>(), "Waits for all work on the device.");

@@ -79,12 +79,12 @@ def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
         raise ValueError(f"install_allocators: unknown framework(s) {unknown}; known: {list(FRAMEWORKS)}")
     if resource is not None and not isinstance(resource, _cudapmr.MemoryResource):
         raise TypeError(f"install_allocators needs a cudapmr resource, not {type(resource).__name__}")
+    if resource is not None and not resource.is_device_accessible:  # said before any device is asked for
+        raise ValueError(f"install_allocators needs device-accessible memory; {resource.description} is not")
     if device_id is None:
         device_id = resource.device_id if resource is not None and resource.device_id >= 0 else _cudapmr.current_device()
     if resource is None:
         resource = _cudapmr.default_device_stack(device_id)
-    if not resource.is_device_accessible:
-        raise ValueError(f"install_allocators needs device-accessible memory; {resource.description} is not")
     outcome = {}
     for name in frameworks:
         if not _present(_MODULES[name]):

@@ -10,8 +10,19 @@ from ._cudapmr import HistoryAdaptor, MemoryResource, _export_snapshot
 _FORMATS = ("json", "pickle", "chrome")
 
 
-def _stacks(resources):
-    return [resources] if isinstance(resources, MemoryResource) else list(resources)
+def _stacks(resources, operation):
+    if isinstance(resources, MemoryResource):
+        return [resources]
+    try:
+        stacks = list(resources)
+    except TypeError:
+        raise TypeError(f"{operation}: expected a MemoryResource or a list of them; got an object of type "
+                        f"{type(resources).__name__}") from None
+    for each in stacks:
+        if not isinstance(each, MemoryResource):
+            raise TypeError(f"{operation}: expected a MemoryResource or a list of them; the list holds an object of "
+                            f"type {type(each).__name__}")
+    return stacks
 
 
 def _format_of(path):
@@ -30,7 +41,7 @@ def snapshot(resources):
     now, as a dict in cudapmr's JSON format (docs/observability.md): each
     resource's state, top first; the live blocks and events of the topmost
     HistoryAdaptor (or TrackingAdaptor); its annotations."""
-    return json.loads(_export_snapshot(_stacks(resources), "json"))
+    return json.loads(_export_snapshot(_stacks(resources, "snapshot"), "json"))
 
 
 def dump_snapshot(resources, path, *, format=None):
@@ -41,7 +52,7 @@ def dump_snapshot(resources, path, *, format=None):
     ``.trace.json``: chrome, ``.pickle``, ``.pkl``). A refused format or
     resource writes nothing."""
     format = _format_of(path) if format is None else str(format).lower()
-    exported = _export_snapshot(_stacks(resources), format)
+    exported = _export_snapshot(_stacks(resources, "dump_snapshot"), format)
     with open(path, "wb") as file:
         file.write(exported)
 

@@ -86,8 +86,9 @@ def pinned_allocator(resource):
     a ``cupy.cuda.PinnedMemoryPointer`` into host-accessible memory of
     ``resource`` (pinned or managed), ready for the host when returned."""
     _require(resource, "pinned_allocator")
-    if not resource.is_host_accessible:
-        raise ValueError(f"cudapmr.cupy.pinned_allocator needs host-accessible memory; {resource.description} is not")
+    if resource.kind not in ("pinned", "managed"):  # pageable memory would make CuPy's async copies stage
+        raise ValueError(f"cudapmr.cupy.pinned_allocator needs pinned or managed memory; {resource.description} is "
+                         f"{resource.kind} memory")
     pinned_pointer = _cupy.cuda.PinnedMemoryPointer
 
     def allocate(nbytes):

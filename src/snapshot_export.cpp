@@ -351,24 +351,18 @@ class frame_names {
     pickle.begin_list();
     for (void* frame : call_stack) {
       auto found = names_.find(frame);
-      if (found == names_.end()) found = names_.emplace(frame, split(detail::symbolize_frame(frame))).first;
+      if (found == names_.end()) found = names_.emplace(frame, detail::name_frame(frame)).first;
       pickle.begin_dict();
-      pickle.item("filename", std::string_view(found->second.first));
+      pickle.item("filename", std::string_view(found->second.binary));
       pickle.item("line", 0);
-      pickle.item("name", std::string_view(found->second.second));
+      pickle.item("name", std::string_view(found->second.function));
       pickle.end_dict();
     }
     pickle.end_list();
   }
 
  private:
-  /// glibc's "binary(function+offset) [address]" as the binary and the rest.
-  static std::pair<std::string, std::string> split(const std::string& symbol) {
-    const std::size_t open = symbol.find('(');
-    if (open == std::string::npos) return {"??", symbol};
-    return {symbol.substr(0, open), symbol.substr(open)};
-  }
-  std::unordered_map<void*, std::pair<std::string, std::string>> names_;
+  std::unordered_map<void*, detail::frame_name> names_;
 };
 
 /// The device_traces index of a stack: its device, or after the last device.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/stream_ordered_resource.hpp"
 
+#include "cudapmr/detail/call_stack.hpp"
 #include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/error.hpp"
 
@@ -8,12 +9,17 @@
 
 #include <bit>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 namespace cudapmr {
 
 void* stream_ordered_resource::allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   detail::validate_alignment(alignment, bytes);
+  if (detail::call_sites_wanted()) [[unlikely]] {
+    const detail::call_site_scope call_site(__builtin_return_address(0));
+    return do_allocate_async(bytes, alignment, stream);
+  }
   return do_allocate_async(bytes, alignment, stream);
 }
 
@@ -30,6 +36,9 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
     return reinterpret_cast<void*>(alignment);
   }
   const stream_ref stream = own_bound_stream();
+  std::optional<detail::call_site_scope> call_site;  // the caller of std::pmr's allocate, not this function
+  if (detail::call_sites_wanted()) [[unlikely]]
+    call_site.emplace(__builtin_return_address(0));
   void* p = allocate_async(bytes, alignment, stream);
   if (kind() == memory_kind::pageable) return p;  // pageable memory involves no stream work
   if (const cudaError_t status = cudaStreamSynchronize(stream.get()); status != cudaSuccess) {

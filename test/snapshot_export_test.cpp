@@ -3,8 +3,11 @@
 // an annotation's) come out with each ill-formed sequence replaced by U+FFFD,
 // as Python's "replace" decoding does, in the JSON, the pickle and the
 // Chrome trace alike, so that every reader of them loads the file.
+#include <cudapmr/detail/call_stack.hpp>
 #include <cudapmr/snapshot_export.hpp>
 
+#include <dlfcn.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -127,6 +130,19 @@ TEST(SnapshotExport, JsonStillEscapesQuotesBackslashesAndControlCharacters) {
   const std::string json = to_json(snapshot_named(std::string("a\"b\\c\nd\x01") + "\xc3\xa9"));
   EXPECT_TRUE(is_valid_utf8(json));
   EXPECT_NE(json.find(R"("name":"a\"b\\c\nd\u0001)" "\xc3\xa9\""), std::string::npos) << json;
+}
+
+TEST(SnapshotExport, AFrameIsNamedByItsFunctionDemangledWithItsOffset) {
+  // PyTorch's viewer shows a frame's name as it is: glibc's "(_ZSt9terminatev+0x4) [0x7f...]" was unreadable.
+  void* terminate = dlsym(RTLD_DEFAULT, "_ZSt9terminatev");
+  ASSERT_NE(terminate, nullptr) << "libstdc++ exports std::terminate";
+  const detail::frame_name named = detail::name_frame(static_cast<char*>(terminate) + 4);  // a return address in it
+  EXPECT_EQ(named.function, "std::terminate()+0x4");
+  EXPECT_NE(named.binary.find("libstdc++"), std::string::npos) << named.binary;
+  // This binary exports none of its own functions (no -rdynamic): the address stands in.
+  static int here = 0;
+  const detail::frame_name unnamed = detail::name_frame(&here);
+  EXPECT_EQ(unnamed.function, fmt::format("{}", static_cast<void*>(&here))) << unnamed.binary;
 }
 
 }  // namespace

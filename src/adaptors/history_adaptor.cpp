@@ -17,8 +17,8 @@
 namespace cudapmr {
 namespace {
 
-/// The frames of do_allocate_async and allocate_async, which every captured
-/// stack would otherwise start with.
+/// The frames of do_allocate_async and allocate_async, skipped where no entry
+/// point recorded the call site (see detail::capture_call_stack).
 constexpr int internal_frames = 2;
 
 /// A slot's stamp: odd while ticket `t` is written, `2t + 2` once it is published.
@@ -70,9 +70,12 @@ history_adaptor::history_adaptor(stream_ordered_resource& upstream, history_opti
       frames_per_slot_(options_.capture_call_stacks ? options_.call_stack_depth : 0),
       slots_(std::make_unique<slot[]>(mask_ + 1)) {
   if (frames_per_slot_ != 0) frames_ = std::make_unique<std::atomic<void*>[]>((mask_ + 1) * frames_per_slot_);
+  if (frames_per_slot_ != 0) detail::call_stack_capturers.fetch_add(1, std::memory_order_relaxed);
 }
 
-history_adaptor::~history_adaptor() = default;
+history_adaptor::~history_adaptor() {
+  if (frames_per_slot_ != 0) detail::call_stack_capturers.fetch_sub(1, std::memory_order_relaxed);
+}
 
 std::uint64_t history_adaptor::dropped() const noexcept {
   const std::uint64_t total = recorded();

@@ -14,8 +14,8 @@
 namespace cudapmr {
 namespace {
 
-/// The frames of do_allocate_async and allocate_async, which every captured
-/// stack would otherwise start with.
+/// The frames of do_allocate_async and allocate_async, skipped where no entry
+/// point recorded the call site (see detail::capture_call_stack).
 constexpr int internal_frames = 2;
 constexpr int max_frames = 64;
 
@@ -67,6 +67,11 @@ misuse_error::misuse_error(misuse_report report)
 tracking_adaptor::tracking_adaptor(stream_ordered_resource& upstream, tracking_options options)
     : resource_adaptor(upstream), options_(std::move(options)) {
   if (!options_.on_misuse) options_.on_misuse = print_to_stderr;
+  if (options_.capture_call_stacks) detail::call_stack_capturers.fetch_add(1, std::memory_order_relaxed);
+}
+
+tracking_adaptor::~tracking_adaptor() {
+  if (options_.capture_call_stacks) detail::call_stack_capturers.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void* tracking_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {

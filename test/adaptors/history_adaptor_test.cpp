@@ -2,6 +2,7 @@
 // history_adaptor: the events it records and keeps, its ring's bound, its
 // annotations, and the report an out_of_memory carries through it.
 #include "support/resource_contract.hpp"
+#include "support/call_site.hpp"
 #include "support/gpu.hpp"
 #include "support/resource_cases.hpp"
 
@@ -89,6 +90,23 @@ TEST(HistoryAdaptor, CapturesCallStacksWhenAskedUpToTheirDepth) {
   EXPECT_FALSE(events[0].call_stack.empty());
   EXPECT_LE(events[0].call_stack.size(), 4u);
   EXPECT_TRUE(events[1].call_stack.empty()) << "frees record no call stack";
+}
+
+TEST(HistoryAdaptor, ACallStackStartsInTheFunctionThatAllocated) {
+  // The first frame was the caller's caller where allocate_async tail-called
+  // the adaptor (an optimized build): the count of frames skipped was fixed.
+  host_memory_resource upstream;
+  history_adaptor history(upstream, {.capture_call_stacks = true});
+  void* direct = allocate_from_a_call_site(history, 64);
+  void* through_pmr = allocate_through_pmr_from_a_call_site(history, 64);
+  const std::vector<history_event> events = history.events();
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_FALSE(events[0].call_stack.empty());
+  ASSERT_FALSE(events[1].call_stack.empty());
+  EXPECT_TRUE(returns_into(events[0].call_stack[0], &allocate_from_a_call_site)) << events[0].call_stack[0];
+  EXPECT_TRUE(returns_into(events[1].call_stack[0], &allocate_through_pmr_from_a_call_site)) << events[1].call_stack[0];
+  history.deallocate_async(direct, 64, stream_ref{});
+  history.deallocate(through_pmr, 64, 256);
 }
 
 TEST(HistoryAdaptor, RefusesACapacityPastItsLimitNamingIt) {

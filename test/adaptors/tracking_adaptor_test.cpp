@@ -3,6 +3,7 @@
 // it must catch, both from the checking call (an exception) and from the
 // noexcept path (a report), never passing the bad free upstream.
 #include "support/resource_contract.hpp"
+#include "support/call_site.hpp"
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
@@ -114,6 +115,28 @@ TEST_F(TrackingAdaptor, LeakReportNamesEachOutstandingAllocationWithItsCallStack
   EXPECT_TRUE(contains(report, "\n      at ")) << "no call stack in the report:\n" << report;
   EXPECT_TRUE(contains(report, tracker.description())) << report;
   tracker.deallocate_async(leaked, 1536, fake_stream(3));
+}
+
+TEST_F(TrackingAdaptor, ACallStackStartsInTheFunctionThatAllocatedThroughEveryAdaptorAbove) {
+  // The first frame was the caller's caller where allocate_async tail-called
+  // the adaptor (an optimized build): the count of frames skipped was fixed.
+  tracking_adaptor tracker = make_tracker(true);
+  tracking_adaptor above(tracker, {.capture_call_stacks = true});  // its call upstream keeps the user's call site
+  void* direct = allocate_from_a_call_site(tracker, 64);
+  void* through_pmr = allocate_through_pmr_from_a_call_site(tracker, 128);
+  void* through_both = allocate_from_a_call_site(above, 256);
+  for (const allocation_record& record : tracker.outstanding()) {
+    ASSERT_FALSE(record.call_stack.empty());
+    const bool pmr = record.pointer == through_pmr;
+    EXPECT_TRUE(pmr ? returns_into(record.call_stack[0], &allocate_through_pmr_from_a_call_site)
+                    : returns_into(record.call_stack[0], &allocate_from_a_call_site))
+        << record.bytes << " bytes: " << record.call_stack[0];
+  }
+  ASSERT_EQ(above.outstanding().size(), 1u);
+  EXPECT_TRUE(returns_into(above.outstanding()[0].call_stack[0], &allocate_from_a_call_site));
+  above.deallocate_async(through_both, 256, stream_ref{});
+  tracker.deallocate(through_pmr, 128, 256);
+  tracker.deallocate_async(direct, 64, stream_ref{});
 }
 
 TEST_F(TrackingAdaptor, CheckedFreeOfAPointerItNeverGaveThrows) {

@@ -101,6 +101,7 @@ class tracking_adaptor final : public resource_adaptor {
  public:
   /// Tracks what passes through to `upstream`, which must outlive the adaptor.
   explicit tracking_adaptor(stream_ordered_resource& upstream, tracking_options options = {});
+  ~tracking_adaptor() override;
 
   /// Frees like `deallocate_async`, in stream order on `stream`, after
   /// checking the free; a bad one frees nothing.

@@ -3,6 +3,7 @@
 // Call stacks of allocations, captured for the tracking and history adaptors
 // and printed in their reports.
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -10,9 +11,39 @@
 
 namespace cudapmr::detail {
 
-/// Return addresses of the caller, innermost first, leaving out the
-/// `skipped_frames` innermost ones (this function and the adaptor's own) and
-/// keeping at most `max_frames`; empty where glibc's `backtrace` is missing.
+/// How many adaptors that capture call stacks exist (each counts itself from
+/// its construction to its destruction). While there are some,
+/// the allocation entry points (`allocate_async`, pmr `allocate`) record
+/// their caller's return address, and a captured stack starts there: how many
+/// library frames lie above it depends on the compiler (`allocate_async`
+/// tail-calls `do_allocate_async` in an optimized build and leaves no frame),
+/// so no fixed count can be skipped. While there are none, the entry points
+/// pay one relaxed load.
+inline std::atomic<int> call_stack_capturers{0};
+
+[[nodiscard]] inline bool call_sites_wanted() noexcept {
+  return call_stack_capturers.load(std::memory_order_relaxed) != 0;
+}
+
+/// Records `return_address`, an entry point's caller, as this thread's call
+/// site for its lifetime, unless an outer entry point recorded one already
+/// (an adaptor's own call upstream keeps the user's call site).
+class call_site_scope {
+ public:
+  explicit call_site_scope(void* return_address) noexcept;
+  ~call_site_scope();
+  call_site_scope(const call_site_scope&) = delete;
+  call_site_scope& operator=(const call_site_scope&) = delete;
+
+ private:
+  bool outermost_;
+};
+
+/// Return addresses of the caller, innermost first, keeping at most
+/// `max_frames`: from the call site an entry point recorded (see
+/// call_site_scope) where it is on the stack, else leaving out the
+/// `skipped_frames` innermost ones (this function and the adaptor's own);
+/// empty where glibc's `backtrace` is missing.
 [[gnu::noinline]] std::vector<void*> capture_call_stack(int skipped_frames, int max_frames);
 
 /// One line per frame, each starting with `indent`: glibc's
@@ -21,5 +52,14 @@ namespace cudapmr::detail {
 
 /// The frame's symbol as glibc gives it, or its address where there is none.
 [[nodiscard]] std::string symbolize_frame(void* frame);
+
+/// A frame as the binary it is in and its function, demangled, with the
+/// offset ("cudapmr::test::f(int)+0x1c"); the function is the frame's address
+/// where glibc names none (a program linked without -rdynamic).
+struct frame_name {
+  std::string binary;
+  std::string function;
+};
+[[nodiscard]] frame_name name_frame(void* frame);
 
 }  // namespace cudapmr::detail

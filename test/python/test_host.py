@@ -673,6 +673,28 @@ def test_cupy_pinned_allocator_refuses_pageable_memory(host, monkeypatch):
         plugin.pinned_allocator(cudapmr.CachingResource(host))
 
 
+def test_per_stream_statistics_are_refused_where_none_are_kept(host):
+    # Zeros read as a stream that allocated nothing.
+    counted = cudapmr.StatisticsAdaptor(host, per_stream=False)
+    assert not counted.per_stream_counting
+    counted.deallocate_raw(counted.allocate_raw(64, 7), 64, 7)
+    assert counted.statistics().bytes.total == 64
+    with pytest.raises(ValueError, match=r"counts no stream on its own \(per_stream=False\)"):
+        counted.statistics(stream=7)
+    assert cudapmr.StatisticsAdaptor(host).per_stream_counting
+
+
+def test_buffers_are_weak_referenceable(host):
+    import weakref
+
+    buffer = host.allocate(64)
+    reference = weakref.ref(buffer)
+    assert reference() is buffer
+    del buffer
+    gc.collect()
+    assert reference() is None and host.used_bytes == 0
+
+
 def test_stream_arguments_take_other_integer_types():
     np = needs("numpy")
     assert cudapmr.stream_handle(np.int64(42)) == 42

@@ -80,8 +80,11 @@ class statistics_adaptor final : public resource_adaptor {
 
   /// Counters over every stream.
   [[nodiscard]] resource_statistics statistics() const noexcept { return overall_.snapshot(); }
-  /// Counters of the events ordered on `stream`; zeros for a stream never seen.
+  /// Counters of the events ordered on `stream`; zeros for a stream never seen
+  /// (and for every stream when per-stream counting is off).
   [[nodiscard]] resource_statistics statistics(stream_ref stream) const noexcept;
+  /// Whether counters are kept per stream too (statistics_options::per_stream).
+  [[nodiscard]] bool counts_per_stream() const noexcept { return streams_ != nullptr; }
   /// Counters of every stream seen (in no particular order); empty when
   /// per-stream counting is off.
   [[nodiscard]] std::vector<stream_statistics> per_stream() const;

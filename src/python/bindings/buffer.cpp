@@ -302,7 +302,7 @@ void bind_buffer(nb::module_& module) {
     return reinterpret_cast<std::uintptr_t>(memory.data());
   };
   const auto bytes = [](const cudapmr::buffer<std::byte>& memory) { return memory.size(); };
-  nb::class_<python_buffer>(module, "Buffer",
+  nb::class_<python_buffer>(module, "Buffer", nb::is_weak_referenceable(),
                             "Bytes from a memory resource, freed in stream order when closed (or collected) and no "
                             "DLPack consumer still holds them.")
       .def_prop_ro("handle", memory_property(address, 0), "The address of the memory (an int); 0 once closed.")

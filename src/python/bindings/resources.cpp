@@ -558,9 +558,15 @@ void bind_adaptors(nb::module_& module) {
       .def(
           "statistics",
           [](const statistics_adaptor& self, nb::handle stream) {
-            return stream.is_none() ? self.statistics() : self.statistics(stream_handle(stream));
+            if (stream.is_none()) return self.statistics();
+            if (!self.counts_per_stream())  // its zeros would read as a stream that allocated nothing
+              throw nb::value_error("statistics(stream=...): this StatisticsAdaptor counts no stream on its own "
+                                    "(per_stream=False); ask statistics() for every stream");
+            return self.statistics(stream_handle(stream));
           },
-          "stream"_a.none() = nb::none(), "Counters over every stream, or of one stream.")
+          "stream"_a.none() = nb::none(), "Counters over every stream, or of one stream (per_stream=True only).")
+      .def_prop_ro("per_stream_counting", &statistics_adaptor::counts_per_stream,
+                   "Whether counters are kept per stream too (per_stream= at construction).")
       .def("per_stream", &statistics_adaptor::per_stream, "A list of StreamStatistics.")
       .def("reset_peak", &statistics_adaptor::reset_peak);
 

@@ -266,12 +266,18 @@ std::string pool_resource::description() const {
   return fmt::format("{} (device {}, {})", name_, device_id(), pool_kind);
 }
 
-void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream,
+                                        std::size_t padding) {
   void* p = nullptr;
-  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes, pool(), stream.get());
+  const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes + padding, pool(), stream.get());
+  // A refusal names the bytes asked, not the padded request the pool saw.
   detail::check_cuda_allocation(status, bytes, alignment, [&] { return description(); }, [&] {
-    return fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes, alignment,
-                       fmt::ptr(stream.get()), description());
+    if (padding == 0)
+      return fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes, alignment,
+                         fmt::ptr(stream.get()), description());
+    return fmt::format("cudaMallocFromPoolAsync of {} bytes ({} asked, {} of padding to align them to {}) on stream {} "
+                       "from {}",
+                       bytes + padding, bytes, padding, alignment, fmt::ptr(stream.get()), description());
   });
   return p;
 }
@@ -284,7 +290,7 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   const std::size_t padding = alignment - pool_alignment;
   if (bytes > std::numeric_limits<std::size_t>::max() - padding)
     throw out_of_memory(bytes, alignment, description(), "the request plus alignment padding overflows size_t");
-  void* base = allocate_from_pool(bytes + padding, alignment, stream);
+  void* base = allocate_from_pool(bytes, alignment, stream, padding);
   void* aligned = detail::align_up(base, alignment);
   try {
     over_aligned_->insert(aligned, base);

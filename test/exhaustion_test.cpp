@@ -263,5 +263,23 @@ TEST(Exhaustion, DevicePoolRefusalCarriesItsReportWithTheDevicesFreeMemory) {
   second.synchronize();
 }
 
+TEST(Exhaustion, AnOverAlignedRefusalNamesTheBytesAskedNotThePaddedRequest) {
+  // The pool is asked for the bytes plus alignment padding; its refusal named that sum.
+  CUDAPMR_REQUIRE_GPU();
+  device_memory_resource pool(0, device_pool_options{.max_size = 64 * mebibyte});
+  const std::size_t asked = 100 * mebibyte;
+  const std::size_t alignment = 4096;
+  try {
+    static_cast<void>(pool.allocate_async(asked, alignment, stream_ref{}));
+    ADD_FAILURE() << "a pool capped at 64 MiB gave 100 MiB";
+  } catch (const out_of_memory& refusal) {
+    const std::string message = refusal.what();
+    EXPECT_EQ(refusal.requested_bytes(), asked);
+    EXPECT_NE(message.find(std::to_string(asked) + " bytes (alignment 4096)"), std::string::npos) << message;
+    EXPECT_EQ(message.find(std::to_string(asked + alignment - 256)), std::string::npos) << message;
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace cudapmr::test

@@ -128,7 +128,8 @@ class pool_resource : public stream_ordered_resource {
   void do_trim(stream_ref stream) final;
   void do_report(resource_state& state) const final;
 
-  [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream);
+  [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream,
+                                         std::size_t padding = 0);
 
   detail::pool_handle pool_;
   const char* name_;

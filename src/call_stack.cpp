@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cxxabi.h>
+#include <unwind.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -27,6 +28,34 @@ thread_local void* current_call_site = nullptr;
 /// site: adaptors above the one capturing, each with its entry point.
 constexpr int most_library_frames = 32;
 
+/// One walk up the stack: the frames from the recorded call site on, and,
+/// in case it is not found, the frames past the `skipped` innermost ones.
+struct stack_walk {
+  void* call_site;
+  int skipped;
+  int max_frames;
+  int search_limit;
+  int seen = 0;
+  bool found = false;
+  std::vector<void*> from_call_site;
+  std::vector<void*> past_skipped;
+};
+
+_Unwind_Reason_Code visit_frame(_Unwind_Context* context, void* argument) {
+  stack_walk& walk = *static_cast<stack_walk*>(argument);
+  void* const frame = reinterpret_cast<void*>(_Unwind_GetIP(context));
+  if (frame == nullptr) return _URC_END_OF_STACK;
+  const auto max_frames = static_cast<std::size_t>(walk.max_frames);
+  if (walk.found || frame == walk.call_site) {
+    walk.found = true;
+    walk.from_call_site.push_back(frame);
+    return walk.from_call_site.size() < max_frames ? _URC_NO_REASON : _URC_END_OF_STACK;
+  }
+  if (walk.seen++ >= walk.skipped && walk.past_skipped.size() < max_frames) walk.past_skipped.push_back(frame);
+  if (walk.call_site == nullptr && walk.past_skipped.size() >= max_frames) return _URC_END_OF_STACK;
+  return walk.seen < walk.search_limit ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
 }  // namespace
 
 call_site_scope::call_site_scope(void* return_address) noexcept : outermost_(current_call_site == nullptr) {
@@ -37,26 +66,19 @@ call_site_scope::~call_site_scope() {
   if (outermost_) current_call_site = nullptr;
 }
 
+call_site_suspension::call_site_suspension() noexcept : suspended_(current_call_site) { current_call_site = nullptr; }
+
+call_site_suspension::~call_site_suspension() { current_call_site = suspended_; }
+
 std::vector<void*> capture_call_stack(int skipped_frames, int max_frames) {
-#if CUDAPMR_HAVE_BACKTRACE
-  std::vector<void*> frames(static_cast<std::size_t>(max_frames + skipped_frames + 1 + most_library_frames));
-  const int depth = ::backtrace(frames.data(), static_cast<int>(frames.size()));
-  frames.resize(static_cast<std::size_t>(std::max(depth, 0)));
-  auto first = frames.end();
-  if (current_call_site != nullptr) first = std::find(frames.begin(), frames.end(), current_call_site);
-  if (first == frames.end()) {  // no entry point recorded one, or it is past the frames taken
-    const int skipped = skipped_frames + 1;  // this function too
-    if (depth <= skipped) return {};
-    first = frames.begin() + skipped;
-  }
-  frames.erase(frames.begin(), first);
-  if (frames.size() > static_cast<std::size_t>(max_frames)) frames.resize(static_cast<std::size_t>(max_frames));
-  return frames;
-#else
-  static_cast<void>(skipped_frames);
-  static_cast<void>(max_frames);
-  return {};
-#endif
+  if (max_frames <= 0) return {};
+  // The first frame the unwinder reports is this function's, as glibc's backtrace's first is.
+  stack_walk walk{.call_site = current_call_site,
+                  .skipped = skipped_frames + 1,
+                  .max_frames = max_frames,
+                  .search_limit = skipped_frames + 1 + max_frames + most_library_frames};
+  _Unwind_Backtrace(&visit_frame, &walk);
+  return walk.found ? std::move(walk.from_call_site) : std::move(walk.past_skipped);
 }
 
 std::string symbolize(const std::vector<void*>& call_stack, std::string_view indent) {
@@ -76,24 +98,31 @@ std::string symbolize(const std::vector<void*>& call_stack, std::string_view ind
   return lines;
 }
 
-frame_name name_frame(void* frame) {
-  const std::string symbol = symbolize_frame(frame);  // "binary(function+offset) [address]"
-  const std::size_t open = symbol.find('(');
-  const std::size_t close = open == std::string::npos ? open : symbol.find(')', open);
-  if (close == std::string::npos) return {"??", symbol};
-  const std::string_view inside = std::string_view(symbol).substr(open + 1, close - open - 1);
-  const std::size_t plus = inside.rfind('+');
-  const std::string mangled(inside.substr(0, plus));
-  const std::string_view offset = plus == std::string_view::npos ? std::string_view() : inside.substr(plus);
-  frame_name named{symbol.substr(0, open), {}};
-  if (mangled.empty()) {
-    named.function = fmt::format("{}", frame);
+frame_name name_frame(void* frame) { return name_frame(symbolize_frame(frame), frame); }
+
+frame_name name_frame(std::string_view symbol, void* frame) {
+  // Read from the right: a binary's path may hold parentheses; the function
+  // may be missing, its offset negative.
+  const std::size_t bracket = symbol.rfind(" [");
+  const std::string_view located = symbol.substr(0, bracket);
+  frame_name named{"??", fmt::format("{}", frame)};
+  const std::size_t open = located.ends_with(')') ? located.rfind('(') : std::string_view::npos;
+  if (open == std::string_view::npos) {
+    if (!located.empty() && bracket != std::string_view::npos) named.binary = std::string(located);
     return named;
   }
-  int status = 0;
+  named.binary = std::string(located.substr(0, open));
+  const std::string_view inside = located.substr(open + 1, located.size() - open - 2);
+  const std::size_t sign = inside.find_last_of("+-");
+  const std::string mangled(inside.substr(0, sign));
+  if (mangled.empty()) return named;
+  const std::string_view offset = sign == std::string_view::npos ? std::string_view() : inside.substr(sign);
+  int status = -1;
+  // Only C++ names: __cxa_demangle would also read a C function "f" as the type float.
   const std::unique_ptr<char, decltype(&std::free)> demangled(
-      abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
-  named.function = std::string(status == 0 && demangled ? demangled.get() : mangled.c_str()) + std::string(offset);
+      mangled.starts_with("_Z") ? abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status) : nullptr,
+      &std::free);
+  named.function = (status == 0 && demangled ? std::string(demangled.get()) : mangled) + std::string(offset);
   return named;
 }
 

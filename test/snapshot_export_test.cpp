@@ -145,5 +145,22 @@ TEST(SnapshotExport, AFrameIsNamedByItsFunctionDemangledWithItsOffset) {
   EXPECT_EQ(unnamed.function, fmt::format("{}", static_cast<void*>(&here))) << unnamed.binary;
 }
 
+TEST(SnapshotExport, AFrameIsReadFromTheRightOfGlibcsText) {
+  void* const frame = reinterpret_cast<void*>(std::uintptr_t{0x7f0012345678});
+  const std::string address = fmt::format("{}", frame);
+  const auto named = [&](std::string_view symbol) { return detail::name_frame(symbol, frame); };
+  // A binary whose path holds parentheses.
+  EXPECT_EQ(named("/opt/app (copy)/libf.so(_ZN3app4stepEv+0x1c) [0x7f0012345678]").binary, "/opt/app (copy)/libf.so");
+  EXPECT_EQ(named("/opt/app (copy)/libf.so(_ZN3app4stepEv+0x1c) [0x7f0012345678]").function, "app::step()+0x1c");
+  // A C function is no mangled type: "f" stays "f", not "float".
+  EXPECT_EQ(named("/lib/libc.so.6(f+0x3) [0x7f0012345678]").function, "f+0x3");
+  EXPECT_EQ(named("/lib/libc.so.6(d-0x10) [0x7f0012345678]").function, "d-0x10");
+  // No function, or no binary: the address.
+  EXPECT_EQ(named("./app(+0x607477) [0x7f0012345678]").function, address);
+  EXPECT_EQ(named("./app(+0x607477) [0x7f0012345678]").binary, "./app");
+  EXPECT_EQ(named("[0x7f0012345678]").function, address);
+  EXPECT_EQ(named("[0x7f0012345678]").binary, "??");
+}
+
 }  // namespace
 }  // namespace cudapmr::test

@@ -45,8 +45,10 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   ///   exceeds `max_alignment`; out_of_memory when the resource is exhausted;
   ///   cuda_error for any other CUDA failure.
   [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream);
-  /// As above, with `default_alignment`.
-  [[nodiscard]] void* allocate_async(std::size_t bytes, stream_ref stream) {
+  /// As above, with `default_alignment`. (Always inlined, as the other
+  /// spellings below: a captured call stack starts in the caller's function,
+  /// which a frame of this one would hide in an unoptimized build.)
+  [[nodiscard, gnu::always_inline]] void* allocate_async(std::size_t bytes, stream_ref stream) {
     return allocate_async(bytes, default_alignment, stream);
   }
 
@@ -65,7 +67,8 @@ class stream_ordered_resource : public std::pmr::memory_resource {
   using std::pmr::memory_resource::allocate;
   using std::pmr::memory_resource::deallocate;
   /// allocate_async, stream first.
-  [[nodiscard]] void* allocate(stream_ref stream, std::size_t bytes, std::size_t alignment = default_alignment) {
+  [[nodiscard, gnu::always_inline]] void* allocate(stream_ref stream, std::size_t bytes,
+                                                   std::size_t alignment = default_alignment) {
     return allocate_async(bytes, alignment, stream);
   }
   /// deallocate_async, stream first. Never throws.
@@ -73,7 +76,7 @@ class stream_ordered_resource : public std::pmr::memory_resource {
     deallocate_async(p, bytes, alignment, stream);
   }
   /// The pmr allocate.
-  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
+  [[nodiscard, gnu::always_inline]] void* allocate_sync(std::size_t bytes, std::size_t alignment = default_alignment) {
     return allocate(bytes, alignment);
   }
   /// The pmr deallocate. Never throws.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/adaptors/failure_callback_adaptor.hpp"
 
+#include "cudapmr/detail/call_stack.hpp"
+
 #include <stdexcept>
 #include <utility>
 
@@ -17,7 +19,12 @@ void* failure_callback_adaptor::do_allocate_async(std::size_t bytes, std::size_t
     try {
       return upstream_resource().allocate_async(bytes, alignment, stream);
     } catch (const out_of_memory& error) {
-      if (!callback_(allocation_failure{bytes, alignment, stream, attempt, error})) throw;
+      bool again = false;
+      {
+        const detail::call_site_suspension user_code;  // what the callback allocates records its own call site
+        again = callback_(allocation_failure{bytes, alignment, stream, attempt, error});
+      }
+      if (!again) throw;
     }
   }
 }

@@ -7,6 +7,7 @@
 #include "adaptors/gpu_upstreams.hpp"
 #include "support/resource_cases.hpp"
 
+#include <cudapmr/adaptors/failure_callback_adaptor.hpp>
 #include <cudapmr/adaptors/tracking_adaptor.hpp>
 #include <cudapmr/detail/thread_ordinal.hpp>
 
@@ -137,6 +138,20 @@ TEST_F(TrackingAdaptor, ACallStackStartsInTheFunctionThatAllocatedThroughEveryAd
   above.deallocate_async(through_both, 256, stream_ref{});
   tracker.deallocate(through_pmr, 128, 256);
   tracker.deallocate_async(direct, 64, stream_ref{});
+}
+
+TEST_F(TrackingAdaptor, WhatAFailureCallbackAllocatesStartsInTheCallbacksOwnCallSite) {
+  // The outer allocation's call site was kept for every allocation inside it.
+  tracking_adaptor tracker = make_tracker(true);
+  host_memory_resource small(64);
+  failure_callback_adaptor asking(small, [&](const allocation_failure&) {
+    void* p = allocate_from_a_call_site(tracker, 32);
+    EXPECT_TRUE(returns_into(tracker.outstanding().at(0).call_stack.at(0), &allocate_from_a_call_site));
+    tracker.deallocate_async(p, 32, stream_ref{});
+    return false;
+  });
+  EXPECT_THROW(static_cast<void>(asking.allocate_async(128, stream_ref{})), out_of_memory);
+  EXPECT_EQ(tracker.outstanding_count(), 0u);
 }
 
 TEST_F(TrackingAdaptor, CheckedFreeOfAPointerItNeverGaveThrows) {

@@ -600,8 +600,16 @@ def test_negative_and_too_large_counts_are_value_errors_naming_the_argument(host
 def test_counts_take_other_integer_types_and_refuse_what_is_no_integer():
     np = needs("numpy")
     assert cudapmr.HostMemoryResource(np.int64(4096)).capacity == 4096
-    with pytest.raises(TypeError):
-        cudapmr.HostMemoryResource(4096.0)
+    for not_a_count in (4096.0, True, "4096"):
+        with pytest.raises(TypeError):
+            cudapmr.HostMemoryResource(not_a_count)
+
+    class Refusing:
+        def __index__(self):
+            raise OverflowError("this count refuses to be read")
+
+    with pytest.raises(OverflowError, match="refuses to be read"):  # its own error, not a mismatch of types
+        cudapmr.HostMemoryResource(Refusing())
 
 
 def test_fill_names_a_value_out_of_range(host):

@@ -31,10 +31,11 @@ namespace cudapmr::python {
 /// naming the argument and the value (a std::size_t parameter would give
 /// nanobind's TypeError, which names neither).
 struct count {
-  nanobind::object value;  // a Python int
+  nanobind::object value;  // an int, or an object with __index__ (read in get)
 
   /// The value as a std::size_t.
-  /// \throws nanobind::value_error "WHAT VALUE is negative" or "WHAT VALUE is past 2**64 - 1".
+  /// \throws nanobind::value_error "WHAT VALUE is negative" or "WHAT VALUE is past 2**64 - 1";
+  ///   what the object's __index__ raises.
   [[nodiscard]] std::size_t get(const char* what) const;
 };
 
@@ -109,20 +110,16 @@ void bind_torch_allocator(nanobind::module_& module);
 }  // namespace cudapmr::python
 
 namespace nanobind::detail {
-/// Takes any integer for a cudapmr::python::count; anything else is no match
-/// (nanobind's TypeError, as for a std::size_t).
+/// Takes any integer but a bool for a cudapmr::python::count; anything else
+/// is no match (nanobind's TypeError, as for a std::size_t).
 template <>
 struct type_caster<cudapmr::python::count> {
   NB_TYPE_CASTER(cudapmr::python::count, const_name("int"))
 
   bool from_python(handle source, uint8_t, cleanup_list*) noexcept {
+    // A bool is no count; an __index__ that raises raises from get(), where the error can reach the caller.
     if (PyBool_Check(source.ptr()) || !PyIndex_Check(source.ptr())) return false;
-    PyObject* index = PyNumber_Index(source.ptr());
-    if (index == nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    value.value = steal(index);
+    value.value = borrow(source);
     return true;
   }
 

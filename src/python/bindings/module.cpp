@@ -30,12 +30,14 @@ std::string utf8_of(const nb::str& text) {
 }
 
 std::size_t count::get(const char* what) const {
-  const unsigned long long converted = PyLong_AsUnsignedLongLong(value.ptr());
+  const nb::object index = nb::steal(PyNumber_Index(value.ptr()));
+  if (!index.is_valid()) throw nb::python_error();
+  const unsigned long long converted = PyLong_AsUnsignedLongLong(index.ptr());
   if (!PyErr_Occurred()) return static_cast<std::size_t>(converted);
   PyErr_Clear();  // negative (OverflowError) or past 64 bits: said in a ValueError of its own
-  const bool negative = PyObject_RichCompareBool(value.ptr(), nb::int_(0).ptr(), Py_LT) == 1;
+  const bool negative = PyObject_RichCompareBool(index.ptr(), nb::int_(0).ptr(), Py_LT) == 1;
   PyErr_Clear();
-  throw nb::value_error((std::string(what) + " " + nb::str(value).c_str() +
+  throw nb::value_error((std::string(what) + " " + nb::str(index).c_str() +
                          (negative ? " is negative" : " is past 2**64 - 1"))
                             .c_str());
 }

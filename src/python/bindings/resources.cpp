@@ -267,7 +267,7 @@ void bind_kinds(nb::module_& module) {
           "nbytes"_a)
       .def_prop_rw("release_threshold", &pool_resource::release_threshold,
                    [](pool_resource& self, const count& bytes) {
-                     self.set_release_threshold(bytes.get("release_threshold"));
+                     self.set_release_threshold(bytes.get("PoolResource.release_threshold"));
                    })
       .def_prop_ro("placement_note", &pool_resource::placement_note,
                    "Why the pool is not where it was asked to be (a NUMA node CUDA refused); empty when it is.");
@@ -277,17 +277,20 @@ void bind_kinds(nb::module_& module) {
           "__init__",
           [](device_pool_options* self, const count& initial_size, const count& max_size,
              const count& release_threshold, bool ipc_enabled) {
-            new (self) device_pool_options{initial_size.get("initial_size"), max_size.get("max_size"),
-                                           release_threshold.get("release_threshold"), ipc_enabled};
+            new (self) device_pool_options{initial_size.get("DeviceMemoryResourceOptions: initial_size"),
+                                           max_size.get("DeviceMemoryResourceOptions: max_size"),
+                                           release_threshold.get("DeviceMemoryResourceOptions: release_threshold"),
+                                           ipc_enabled};
           },
           nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "ipc_enabled"_a = false)
       .def_prop_rw("initial_size", count_getter(&device_pool_options::initial_size),
-                   count_setter(&device_pool_options::initial_size, "initial_size"))
+                   count_setter(&device_pool_options::initial_size, "DeviceMemoryResourceOptions.initial_size"))
       .def_prop_rw("max_size", count_getter(&device_pool_options::max_size),
-                   count_setter(&device_pool_options::max_size, "max_size"))
-      .def_prop_rw("release_threshold", count_getter(&device_pool_options::release_threshold),
-                   count_setter(&device_pool_options::release_threshold, "release_threshold"))
+                   count_setter(&device_pool_options::max_size, "DeviceMemoryResourceOptions.max_size"))
+      .def_prop_rw(
+          "release_threshold", count_getter(&device_pool_options::release_threshold),
+          count_setter(&device_pool_options::release_threshold, "DeviceMemoryResourceOptions.release_threshold"))
       .def_rw("ipc_enabled", &device_pool_options::ipc_enabled)
       .def("__repr__", [](const device_pool_options& options) {
         return "DeviceMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
@@ -301,19 +304,22 @@ void bind_kinds(nb::module_& module) {
           "__init__",
           [](pinned_pool_options* self, const count& initial_size, const count& max_size,
              const count& release_threshold, std::optional<int> numa_node) {
-            new (self) pinned_pool_options{initial_size.get("initial_size"), max_size.get("max_size"),
-                                           release_threshold.get("release_threshold"), numa_node};
+            new (self) pinned_pool_options{initial_size.get("PinnedMemoryResourceOptions: initial_size"),
+                                           max_size.get("PinnedMemoryResourceOptions: max_size"),
+                                           release_threshold.get("PinnedMemoryResourceOptions: release_threshold"),
+                                           numa_node};
           },
           nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "numa_node"_a.none() = nb::none(),
           "numa_node: the host NUMA node of the pool's pages; None: the node nearest the current device; "
           "ANY_NUMA_NODE: wherever the kernel puts them.")
       .def_prop_rw("initial_size", count_getter(&pinned_pool_options::initial_size),
-                   count_setter(&pinned_pool_options::initial_size, "initial_size"))
+                   count_setter(&pinned_pool_options::initial_size, "PinnedMemoryResourceOptions.initial_size"))
       .def_prop_rw("max_size", count_getter(&pinned_pool_options::max_size),
-                   count_setter(&pinned_pool_options::max_size, "max_size"))
-      .def_prop_rw("release_threshold", count_getter(&pinned_pool_options::release_threshold),
-                   count_setter(&pinned_pool_options::release_threshold, "release_threshold"))
+                   count_setter(&pinned_pool_options::max_size, "PinnedMemoryResourceOptions.max_size"))
+      .def_prop_rw(
+          "release_threshold", count_getter(&pinned_pool_options::release_threshold),
+          count_setter(&pinned_pool_options::release_threshold, "PinnedMemoryResourceOptions.release_threshold"))
       .def_rw("numa_node", &pinned_pool_options::numa_node)
       .def("__repr__", [](const pinned_pool_options& options) {
         return "PinnedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
@@ -327,15 +333,17 @@ void bind_kinds(nb::module_& module) {
           "__init__",
           [](managed_pool_options* self, const count& initial_size, const count& release_threshold,
              std::optional<int> preferred_device) {
-            new (self) managed_pool_options{initial_size.get("initial_size"), release_threshold.get("release_threshold"),
+            new (self) managed_pool_options{initial_size.get("ManagedMemoryResourceOptions: initial_size"),
+                                            release_threshold.get("ManagedMemoryResourceOptions: release_threshold"),
                                             preferred_device};
           },
           nb::kw_only(), "initial_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "preferred_device"_a.none() = nb::none())
       .def_prop_rw("initial_size", count_getter(&managed_pool_options::initial_size),
-                   count_setter(&managed_pool_options::initial_size, "initial_size"))
-      .def_prop_rw("release_threshold", count_getter(&managed_pool_options::release_threshold),
-                   count_setter(&managed_pool_options::release_threshold, "release_threshold"))
+                   count_setter(&managed_pool_options::initial_size, "ManagedMemoryResourceOptions.initial_size"))
+      .def_prop_rw(
+          "release_threshold", count_getter(&managed_pool_options::release_threshold),
+          count_setter(&managed_pool_options::release_threshold, "ManagedMemoryResourceOptions.release_threshold"))
       .def_rw("preferred_device", &managed_pool_options::preferred_device)
       .def("__repr__", [](const managed_pool_options& options) {
         return "ManagedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +

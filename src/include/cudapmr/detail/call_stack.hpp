@@ -39,11 +39,25 @@ class call_site_scope {
   bool outermost_;
 };
 
+/// Forgets this thread's call site while the library runs user code in the
+/// middle of an allocation (a failure callback), so that what that code
+/// allocates records its own; restores it after.
+class call_site_suspension {
+ public:
+  call_site_suspension() noexcept;
+  ~call_site_suspension();
+  call_site_suspension(const call_site_suspension&) = delete;
+  call_site_suspension& operator=(const call_site_suspension&) = delete;
+
+ private:
+  void* suspended_;
+};
+
 /// Return addresses of the caller, innermost first, keeping at most
 /// `max_frames`: from the call site an entry point recorded (see
 /// call_site_scope) where it is on the stack, else leaving out the
-/// `skipped_frames` innermost ones (this function and the adaptor's own);
-/// empty where glibc's `backtrace` is missing.
+/// `skipped_frames` innermost ones (this function and the adaptor's own).
+/// The unwinding stops once `max_frames` are kept.
 [[gnu::noinline]] std::vector<void*> capture_call_stack(int skipped_frames, int max_frames);
 
 /// One line per frame, each starting with `indent`: glibc's
@@ -61,5 +75,7 @@ struct frame_name {
   std::string function;
 };
 [[nodiscard]] frame_name name_frame(void* frame);
+/// The same from glibc's text for the frame, "binary(function+offset) [address]".
+[[nodiscard]] frame_name name_frame(std::string_view symbol, void* frame);
 
 }  // namespace cudapmr::detail

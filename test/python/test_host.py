@@ -661,7 +661,7 @@ def test_the_stream_protocol_is_read_in_its_version_0_only():
             return self.answer
 
     assert cudapmr.stream_handle(Protocol((0, 42))) == 42
-    for answer in [(1, 42), (0, 42, 3), [0, 42], 42]:
+    for answer in [(1, 42), (0, 42, 3), [0, 42], 42, (False, 42)]:
         with pytest.raises(ValueError, match=r"the CUDA stream protocol's version 0 gives a tuple \(0, handle\)"):
             cudapmr.stream_handle(Protocol(answer))
 

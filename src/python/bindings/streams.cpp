@@ -37,7 +37,7 @@ cudaStream_t handle_from_object(nb::handle stream) {
     if (PyCallable_Check(protocol.ptr())) protocol = protocol();
     // The CUDA stream protocol's version 0: a tuple (0, handle).
     if (!nb::isinstance<nb::tuple>(protocol) || nb::len(protocol) != 2 || !PyLong_Check(protocol[0].ptr()) ||
-        !protocol[0].equal(nb::int_(0)))
+        PyBool_Check(protocol[0].ptr()) || !protocol[0].equal(nb::int_(0)))
       throw nb::value_error(("__cuda_stream__ of an object of type " + std::string(nb::type_name(stream.type()).c_str()) +
                              " gave " + std::string(nb::repr(protocol).c_str()) +
                              "; the CUDA stream protocol's version 0 gives a tuple (0, handle)")

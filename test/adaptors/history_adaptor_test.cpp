@@ -103,8 +103,8 @@ TEST(HistoryAdaptor, ACallStackStartsInTheFunctionThatAllocated) {
   ASSERT_EQ(events.size(), 2u);
   ASSERT_FALSE(events[0].call_stack.empty());
   ASSERT_FALSE(events[1].call_stack.empty());
-  EXPECT_TRUE(returns_into(events[0].call_stack[0], &allocate_from_a_call_site)) << events[0].call_stack[0];
-  EXPECT_TRUE(returns_into(events[1].call_stack[0], &allocate_through_pmr_from_a_call_site)) << events[1].call_stack[0];
+  EXPECT_TRUE(returns_into_direct_call_site(events[0].call_stack[0])) << events[0].call_stack[0];
+  EXPECT_TRUE(returns_into_pmr_call_site(events[1].call_stack[0])) << events[1].call_stack[0];
   history.deallocate_async(direct, 64, stream_ref{});
   history.deallocate(through_pmr, 64, 256);
 }

@@ -129,12 +129,12 @@ TEST_F(TrackingAdaptor, ACallStackStartsInTheFunctionThatAllocatedThroughEveryAd
   for (const allocation_record& record : tracker.outstanding()) {
     ASSERT_FALSE(record.call_stack.empty());
     const bool pmr = record.pointer == through_pmr;
-    EXPECT_TRUE(pmr ? returns_into(record.call_stack[0], &allocate_through_pmr_from_a_call_site)
-                    : returns_into(record.call_stack[0], &allocate_from_a_call_site))
+    EXPECT_TRUE(pmr ? returns_into_pmr_call_site(record.call_stack[0])
+                    : returns_into_direct_call_site(record.call_stack[0]))
         << record.bytes << " bytes: " << record.call_stack[0];
   }
   ASSERT_EQ(above.outstanding().size(), 1u);
-  EXPECT_TRUE(returns_into(above.outstanding()[0].call_stack[0], &allocate_from_a_call_site));
+  EXPECT_TRUE(returns_into_direct_call_site(above.outstanding()[0].call_stack[0]));
   above.deallocate_async(through_both, 256, stream_ref{});
   tracker.deallocate(through_pmr, 128, 256);
   tracker.deallocate_async(direct, 64, stream_ref{});
@@ -146,7 +146,7 @@ TEST_F(TrackingAdaptor, WhatAFailureCallbackAllocatesStartsInTheCallbacksOwnCall
   host_memory_resource small(64);
   failure_callback_adaptor asking(small, [&](const allocation_failure&) {
     void* p = allocate_from_a_call_site(tracker, 32);
-    EXPECT_TRUE(returns_into(tracker.outstanding().at(0).call_stack.at(0), &allocate_from_a_call_site));
+    EXPECT_TRUE(returns_into_direct_call_site(tracker.outstanding().at(0).call_stack.at(0)));
     tracker.deallocate_async(p, 32, stream_ref{});
     return false;
   });

@@ -24,6 +24,10 @@ namespace {
 
 thread_local void* current_call_site = nullptr;
 
+/// The frames skipped where no call site is recorded: this function's, the
+/// adaptor's do_allocate_async and allocate_async.
+constexpr int fallback_skipped_frames = 3;
+
 /// Library frames that may lie between this function and the recorded call
 /// site: adaptors above the one capturing, each with its entry point.
 constexpr int most_library_frames = 32;
@@ -58,25 +62,25 @@ _Unwind_Reason_Code visit_frame(_Unwind_Context* context, void* argument) {
 
 }  // namespace
 
-call_site_scope::call_site_scope(void* return_address) noexcept : outermost_(current_call_site == nullptr) {
-  if (outermost_) current_call_site = return_address;
+bool call_site_scope::enter(void* return_address) noexcept {
+  if (current_call_site != nullptr) return false;
+  current_call_site = return_address;
+  return true;
 }
 
-call_site_scope::~call_site_scope() {
-  if (outermost_) current_call_site = nullptr;
-}
+void call_site_scope::leave() noexcept { current_call_site = nullptr; }
 
 call_site_suspension::call_site_suspension() noexcept : suspended_(current_call_site) { current_call_site = nullptr; }
 
 call_site_suspension::~call_site_suspension() { current_call_site = suspended_; }
 
-std::vector<void*> capture_call_stack(int skipped_frames, int max_frames) {
+std::vector<void*> capture_call_stack(int max_frames) {
   if (max_frames <= 0) return {};
   // The first frame the unwinder reports is this function's, as glibc's backtrace's first is.
   stack_walk walk{.call_site = current_call_site,
-                  .skipped = skipped_frames + 1,
+                  .skipped = fallback_skipped_frames,
                   .max_frames = max_frames,
-                  .search_limit = skipped_frames + 1 + max_frames + most_library_frames};
+                  .search_limit = fallback_skipped_frames + max_frames + most_library_frames};
   _Unwind_Backtrace(&visit_frame, &walk);
   return walk.found ? std::move(walk.from_call_site) : std::move(walk.past_skipped);
 }

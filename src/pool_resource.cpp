@@ -272,12 +272,9 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
   const cudaError_t status = cudaMallocFromPoolAsync(&p, bytes + padding, pool(), stream.get());
   // A refusal names the bytes asked, not the padded request the pool saw.
   detail::check_cuda_allocation(status, bytes, alignment, [&] { return description(); }, [&] {
-    if (padding == 0)
-      return fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}) on stream {} from {}", bytes, alignment,
-                         fmt::ptr(stream.get()), description());
-    return fmt::format("cudaMallocFromPoolAsync of {} bytes ({} asked, {} of padding to align them to {}) on stream {} "
-                       "from {}",
-                       bytes + padding, bytes, padding, alignment, fmt::ptr(stream.get()), description());
+    return fmt::format("cudaMallocFromPoolAsync of {} bytes (alignment {}{}) on stream {} from {}", bytes + padding,
+                       alignment, padding == 0 ? "" : fmt::format(": {} asked plus {} of padding", bytes, padding),
+                       fmt::ptr(stream.get()), description());
   });
   return p;
 }

@@ -9,16 +9,20 @@
 
 #include <bit>
 #include <new>
-#include <optional>
 #include <stdexcept>
 
 namespace cudapmr {
 
 void* stream_ordered_resource::allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   detail::validate_alignment(alignment, bytes);
+  // Out of line, so that the usual path stays one load and a tail call: a
+  // scope's destructor after the call, or its frame, would cost every allocation.
   if (detail::call_sites_wanted()) [[unlikely]] {
-    const detail::call_site_scope call_site(__builtin_return_address(0));
-    return do_allocate_async(bytes, alignment, stream);
+    void* const caller = __builtin_return_address(0);
+    return [this, caller, bytes, alignment, stream] __attribute__((noinline, cold)) {
+      const detail::call_site_scope call_site(caller);
+      return do_allocate_async(bytes, alignment, stream);
+    }();
   }
   return do_allocate_async(bytes, alignment, stream);
 }
@@ -36,9 +40,7 @@ void* stream_ordered_resource::do_allocate(std::size_t bytes, std::size_t alignm
     return reinterpret_cast<void*>(alignment);
   }
   const stream_ref stream = own_bound_stream();
-  std::optional<detail::call_site_scope> call_site;  // the caller of std::pmr's allocate, not this function
-  if (detail::call_sites_wanted()) [[unlikely]]
-    call_site.emplace(__builtin_return_address(0));
+  const detail::call_site_scope call_site(__builtin_return_address(0));  // std::pmr's caller, not this function
   void* p = allocate_async(bytes, alignment, stream);
   if (kind() == memory_kind::pageable) return p;  // pageable memory involves no stream work
   if (const cudaError_t status = cudaStreamSynchronize(stream.get()); status != cudaSuccess) {

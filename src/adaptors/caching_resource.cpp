@@ -226,9 +226,7 @@ void caching_resource::trim_to_live(stream_ref stream) noexcept {
 
 void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
   detail::validate_alignment(alignment, bytes);
-  std::optional<detail::call_site_scope> call_site;  // std::pmr's caller, for an adaptor below that captures stacks
-  if (detail::call_sites_wanted()) [[unlikely]]
-    call_site.emplace(__builtin_return_address(0));
+  const detail::call_site_scope call_site(__builtin_return_address(0));  // std::pmr's caller, for an adaptor below
   // Too large to cache: in order on the bound stream as any pmr allocation, so that exhaustion trims the cache first.
   if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_allocate(bytes, alignment);
   if (void* p = cache_.take_ready(detail::size_class_of(bytes))) return p;

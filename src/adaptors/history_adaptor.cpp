@@ -17,10 +17,6 @@
 namespace cudapmr {
 namespace {
 
-/// The frames of do_allocate_async and allocate_async, skipped where no entry
-/// point recorded the call site (see detail::capture_call_stack).
-constexpr int internal_frames = 2;
-
 /// A slot's stamp: odd while ticket `t` is written, `2t + 2` once it is published.
 constexpr std::uint64_t writing(std::uint64_t ticket) noexcept { return 2 * ticket + 1; }
 constexpr std::uint64_t published(std::uint64_t ticket) noexcept { return 2 * ticket + 2; }
@@ -148,7 +144,7 @@ std::uint64_t history_adaptor::device_free_now() const noexcept {
 void* history_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   std::vector<void*> call_stack;
   if (frames_per_slot_ != 0)
-    call_stack = detail::capture_call_stack(internal_frames, static_cast<int>(frames_per_slot_));
+    call_stack = detail::capture_call_stack(static_cast<int>(frames_per_slot_));
   void* p = nullptr;
   try {
     p = upstream_resource().allocate_async(bytes, alignment, stream);

@@ -14,9 +14,6 @@
 namespace cudapmr {
 namespace {
 
-/// The frames of do_allocate_async and allocate_async, skipped where no entry
-/// point recorded the call site (see detail::capture_call_stack).
-constexpr int internal_frames = 2;
 constexpr int max_frames = 64;
 
 /// "allocation #5 of 1024 bytes (alignment 256) on stream 0x0 by thread 2".
@@ -76,7 +73,7 @@ tracking_adaptor::~tracking_adaptor() {
 
 void* tracking_adaptor::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   std::vector<void*> call_stack;
-  if (options_.capture_call_stacks) call_stack = detail::capture_call_stack(internal_frames, max_frames);
+  if (options_.capture_call_stacks) call_stack = detail::capture_call_stack(max_frames);
   void* p = upstream_resource().allocate_async(bytes, alignment, stream);
   if (p == nullptr) return p;  // zero bytes: nothing to free, nothing to track
   try {

@@ -374,9 +374,6 @@ void bind_buffer(nb::module_& module) {
           [](python_buffer& self, const count& given, const count& given_width, nb::handle stream) {
             const std::size_t width = given_width.get("fill: width");
             const std::size_t wide_value = given.get("fill: value");
-            if (wide_value > 0xFFFFFFFFu)
-              throw nb::value_error(("fill: value " + std::to_string(wide_value) + " does not fit 4 bytes").c_str());
-            const auto value = static_cast<std::uint32_t>(wide_value);
             const std::shared_ptr<shared_memory> pinned = pin(self, "fill");
             cudapmr::buffer<std::byte>& memory = pinned->memory;
             if (width != 1 && width != 2 && width != 4)
@@ -385,10 +382,11 @@ void bind_buffer(nb::module_& module) {
               throw nb::value_error(("fill: " + std::to_string(memory.size()) +
                                      " bytes are not a whole number of " + std::to_string(width) + "-byte values")
                                         .c_str());
-            if (width < 4 && value >> (8 * width) != 0)
+            if (wide_value >> (8 * width) != 0)
               throw nb::value_error(
-                  ("fill: value " + std::to_string(value) + " does not fit " + std::to_string(width) + " bytes")
+                  ("fill: value " + std::to_string(wide_value) + " does not fit " + std::to_string(width) + " bytes")
                       .c_str());
+            const auto value = static_cast<std::uint32_t>(wide_value);
             const std::uint8_t byte = static_cast<std::uint8_t>(value);
             const std::uint16_t half = static_cast<std::uint16_t>(value);
             const void* pattern = width == 1 ? static_cast<const void*>(&byte)

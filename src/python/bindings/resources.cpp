@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -42,16 +44,30 @@ std::string counter_repr(const usage_counter& counter) {
          ", total=" + std::to_string(counter.total);
 }
 
-/// An options class's byte-count field as a Python property, set from any int
-/// with the ValueError of `count` (def_rw of a std::size_t gives nanobind's TypeError).
+/// The byte counts of a pool's options class: each a property set from any
+/// int, with `count`'s ValueError naming "Class.field" (def_rw of a
+/// std::size_t gives nanobind's TypeError), and the start of the class's repr.
 template <class Options>
-auto count_getter(std::size_t Options::*field) {
-  return [field](const Options& options) { return options.*field; };
-}
-template <class Options>
-auto count_setter(std::size_t Options::*field, const char* name) {
-  return [field, name](Options& options, const count& value) { options.*field = value.get(name); };
-}
+struct count_fields {
+  std::string class_name;
+  std::vector<std::pair<const char*, std::size_t Options::*>> fields;
+
+  void bind(nb::class_<Options>& bound) const {
+    for (const auto& [name, field] : fields)
+      bound.def_prop_rw(
+          name, [field = field](const Options& options) { return options.*field; },
+          [field = field, what = class_name + "." + name](Options& options, const count& value) {
+            options.*field = value.get(what.c_str());
+          });
+  }
+
+  /// "Class(field=value, ..." for the repr to go on with the other fields.
+  [[nodiscard]] std::string repr_start(const Options& options) const {
+    std::string text = class_name + "(";
+    for (const auto& [name, field] : fields) text += std::string(name) + "=" + std::to_string(options.*field) + ", ";
+    return text;
+  }
+};
 
 std::string optional_repr(const std::optional<std::size_t>& value) {
   return value ? std::to_string(*value) : std::string("None");
@@ -272,7 +288,13 @@ void bind_kinds(nb::module_& module) {
       .def_prop_ro("placement_note", &pool_resource::placement_note,
                    "Why the pool is not where it was asked to be (a NUMA node CUDA refused); empty when it is.");
 
-  nb::class_<device_pool_options>(module, "DeviceMemoryResourceOptions", "Options of an owned device pool.")
+  const count_fields<device_pool_options> device_counts{"DeviceMemoryResourceOptions",
+                                                        {{"initial_size", &device_pool_options::initial_size},
+                                                         {"max_size", &device_pool_options::max_size},
+                                                         {"release_threshold", &device_pool_options::release_threshold}}};
+  nb::class_<device_pool_options> device_options(module, "DeviceMemoryResourceOptions",
+                                                 "Options of an owned device pool.");
+  device_options
       .def(
           "__init__",
           [](device_pool_options* self, const count& initial_size, const count& max_size,
@@ -284,22 +306,19 @@ void bind_kinds(nb::module_& module) {
           },
           nb::kw_only(), "initial_size"_a = 0, "max_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "ipc_enabled"_a = false)
-      .def_prop_rw("initial_size", count_getter(&device_pool_options::initial_size),
-                   count_setter(&device_pool_options::initial_size, "DeviceMemoryResourceOptions.initial_size"))
-      .def_prop_rw("max_size", count_getter(&device_pool_options::max_size),
-                   count_setter(&device_pool_options::max_size, "DeviceMemoryResourceOptions.max_size"))
-      .def_prop_rw(
-          "release_threshold", count_getter(&device_pool_options::release_threshold),
-          count_setter(&device_pool_options::release_threshold, "DeviceMemoryResourceOptions.release_threshold"))
       .def_rw("ipc_enabled", &device_pool_options::ipc_enabled)
-      .def("__repr__", [](const device_pool_options& options) {
-        return "DeviceMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
-               ", max_size=" + std::to_string(options.max_size) +
-               ", release_threshold=" + std::to_string(options.release_threshold) +
-               ", ipc_enabled=" + (options.ipc_enabled ? "True" : "False") + ")";
+      .def("__repr__", [device_counts](const device_pool_options& options) {
+        return device_counts.repr_start(options) + "ipc_enabled=" + (options.ipc_enabled ? "True" : "False") + ")";
       });
+  device_counts.bind(device_options);
 
-  nb::class_<pinned_pool_options>(module, "PinnedMemoryResourceOptions", "Options of an owned pinned host pool.")
+  const count_fields<pinned_pool_options> pinned_counts{"PinnedMemoryResourceOptions",
+                                                        {{"initial_size", &pinned_pool_options::initial_size},
+                                                         {"max_size", &pinned_pool_options::max_size},
+                                                         {"release_threshold", &pinned_pool_options::release_threshold}}};
+  nb::class_<pinned_pool_options> pinned_options(module, "PinnedMemoryResourceOptions",
+                                                 "Options of an owned pinned host pool.");
+  pinned_options
       .def(
           "__init__",
           [](pinned_pool_options* self, const count& initial_size, const count& max_size,
@@ -313,22 +332,19 @@ void bind_kinds(nb::module_& module) {
           "numa_node"_a.none() = nb::none(),
           "numa_node: the host NUMA node of the pool's pages; None: the node nearest the current device; "
           "ANY_NUMA_NODE: wherever the kernel puts them.")
-      .def_prop_rw("initial_size", count_getter(&pinned_pool_options::initial_size),
-                   count_setter(&pinned_pool_options::initial_size, "PinnedMemoryResourceOptions.initial_size"))
-      .def_prop_rw("max_size", count_getter(&pinned_pool_options::max_size),
-                   count_setter(&pinned_pool_options::max_size, "PinnedMemoryResourceOptions.max_size"))
-      .def_prop_rw(
-          "release_threshold", count_getter(&pinned_pool_options::release_threshold),
-          count_setter(&pinned_pool_options::release_threshold, "PinnedMemoryResourceOptions.release_threshold"))
       .def_rw("numa_node", &pinned_pool_options::numa_node)
-      .def("__repr__", [](const pinned_pool_options& options) {
-        return "PinnedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
-               ", max_size=" + std::to_string(options.max_size) +
-               ", release_threshold=" + std::to_string(options.release_threshold) +
-               ", numa_node=" + optional_int_repr(options.numa_node) + ")";
+      .def("__repr__", [pinned_counts](const pinned_pool_options& options) {
+        return pinned_counts.repr_start(options) + "numa_node=" + optional_int_repr(options.numa_node) + ")";
       });
+  pinned_counts.bind(pinned_options);
 
-  nb::class_<managed_pool_options>(module, "ManagedMemoryResourceOptions", "Options of an owned managed pool.")
+  const count_fields<managed_pool_options> managed_counts{
+      "ManagedMemoryResourceOptions",
+      {{"initial_size", &managed_pool_options::initial_size},
+       {"release_threshold", &managed_pool_options::release_threshold}}};
+  nb::class_<managed_pool_options> managed_options(module, "ManagedMemoryResourceOptions",
+                                                   "Options of an owned managed pool.");
+  managed_options
       .def(
           "__init__",
           [](managed_pool_options* self, const count& initial_size, const count& release_threshold,
@@ -339,17 +355,12 @@ void bind_kinds(nb::module_& module) {
           },
           nb::kw_only(), "initial_size"_a = 0, "release_threshold"_a = keep_all_memory,
           "preferred_device"_a.none() = nb::none())
-      .def_prop_rw("initial_size", count_getter(&managed_pool_options::initial_size),
-                   count_setter(&managed_pool_options::initial_size, "ManagedMemoryResourceOptions.initial_size"))
-      .def_prop_rw(
-          "release_threshold", count_getter(&managed_pool_options::release_threshold),
-          count_setter(&managed_pool_options::release_threshold, "ManagedMemoryResourceOptions.release_threshold"))
       .def_rw("preferred_device", &managed_pool_options::preferred_device)
-      .def("__repr__", [](const managed_pool_options& options) {
-        return "ManagedMemoryResourceOptions(initial_size=" + std::to_string(options.initial_size) +
-               ", release_threshold=" + std::to_string(options.release_threshold) +
-               ", preferred_device=" + optional_int_repr(options.preferred_device) + ")";
+      .def("__repr__", [managed_counts](const managed_pool_options& options) {
+        return managed_counts.repr_start(options) + "preferred_device=" + optional_int_repr(options.preferred_device) +
+               ")";
       });
+  managed_counts.bind(managed_options);
 
   nb::class_<device_memory_resource, pool_resource>(
       module, "DeviceMemoryResource",

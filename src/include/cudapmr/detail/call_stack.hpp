@@ -27,15 +27,23 @@ inline std::atomic<int> call_stack_capturers{0};
 
 /// Records `return_address`, an entry point's caller, as this thread's call
 /// site for its lifetime, unless an outer entry point recorded one already
-/// (an adaptor's own call upstream keeps the user's call site).
+/// (an adaptor's own call upstream keeps the user's call site). While no
+/// adaptor captures stacks it records nothing, for one relaxed load.
 class call_site_scope {
  public:
-  explicit call_site_scope(void* return_address) noexcept;
-  ~call_site_scope();
+  explicit call_site_scope(void* return_address) noexcept
+      : outermost_(call_sites_wanted() && enter(return_address)) {}
+  ~call_site_scope() {
+    if (outermost_) leave();
+  }
   call_site_scope(const call_site_scope&) = delete;
   call_site_scope& operator=(const call_site_scope&) = delete;
 
  private:
+  /// Records `return_address` where no call site is recorded; says whether it did.
+  static bool enter(void* return_address) noexcept;
+  static void leave() noexcept;
+
   bool outermost_;
 };
 
@@ -53,12 +61,12 @@ class call_site_suspension {
   void* suspended_;
 };
 
-/// Return addresses of the caller, innermost first, keeping at most
-/// `max_frames`: from the call site an entry point recorded (see
-/// call_site_scope) where it is on the stack, else leaving out the
-/// `skipped_frames` innermost ones (this function and the adaptor's own).
-/// The unwinding stops once `max_frames` are kept.
-[[gnu::noinline]] std::vector<void*> capture_call_stack(int skipped_frames, int max_frames);
+/// Return addresses of the caller of an adaptor's `do_allocate_async`,
+/// innermost first, keeping at most `max_frames`: from the call site an entry
+/// point recorded (see call_site_scope) where it is on the stack, else
+/// leaving out the adaptor's frame and `allocate_async`'s. The unwinding stops
+/// once `max_frames` are kept.
+[[gnu::noinline]] std::vector<void*> capture_call_stack(int max_frames);
 
 /// One line per frame, each starting with `indent`: glibc's
 /// "binary(function+offset) [address]" (function names need `-rdynamic`).

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <limits>
 #include <new>
 
 namespace cudapmr {
@@ -24,6 +25,11 @@ void host_memory_resource::do_report(resource_state& state) const {
 }
 
 void* host_memory_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref /*stream*/) {
+  // The system allocator rounds an aligned request up to its alignment, and
+  // libstdc++'s rounding wraps past size_t to a few bytes it then hands out.
+  if (bytes > std::numeric_limits<std::size_t>::max() - (alignment - 1))
+    throw out_of_memory(bytes, alignment, description(),
+                        fmt::format("the request rounded up to its alignment of {} overflows size_t", alignment));
   // Reserve the bytes first so that concurrent callers never overshoot the capacity.
   std::size_t used = 0;
   if (!detail::try_reserve(used_, bytes, capacity_, used))

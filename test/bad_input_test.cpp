@@ -116,6 +116,8 @@ void stack_adaptors(target& t) {
 const std::vector<target_kind>& target_kinds() {
   static const std::vector<target_kind> kinds{
       {"host", false, false, true, [](target& t) { t.push<host_memory_resource>(pool_cap); }},
+      // No capacity: the system allocator sees every request (never more than exists: no exhausting rows).
+      {"host_unbounded", false, false, false, [](target& t) { t.push<host_memory_resource>(); }},
       {"host_adaptors", false, true, true,
        [](target& t) {
          t.push<host_memory_resource>();
@@ -273,6 +275,19 @@ const std::vector<bad_input>& table() {
                  },
                  [](const target&) {
                    return expectation{outcome::out_of_memory, {std::to_string(size_max) + " bytes", "alignment 4096"}};
+                 }});
+    // Within one alignment of size_max: a request that rounding up to its alignment would wrap to a few bytes.
+    r.push_back({"AllocateWithinAnAlignmentOfSizeMax", scope::every_resource,
+                 [](target& t) {
+                   return attempt([&] { static_cast<void>(t.top->allocate_async(size_max - 4094, 4096, t.stream())); });
+                 },
+                 [](const target&) {
+                   return expectation{outcome::out_of_memory, {std::to_string(size_max - 4094) + " bytes", "alignment 4096"}};
+                 }});
+    r.push_back({"PmrAllocateWithinAnAlignmentOfSizeMax", scope::every_resource,
+                 [](target& t) { return attempt([&] { static_cast<void>(t.top->allocate(size_max - 30, 32)); }); },
+                 [](const target&) {
+                   return expectation{outcome::out_of_memory, {std::to_string(size_max - 30) + " bytes", "alignment 32"}};
                  }});
     r.push_back({"CopyBetweenBuffersOfDifferentSizes", scope::every_resource,
                  [](target& t) {

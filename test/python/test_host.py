@@ -407,6 +407,20 @@ def test_tracking_adaptor_reports_leaks_and_bad_frees(host):
     assert tracked.outstanding_count == 0
 
 
+def test_tracking_adaptor_lists_what_is_outstanding_oldest_first(host):
+    tracked = cudapmr.TrackingAdaptor(host, capture_call_stacks=True)
+    first = tracked.allocate_raw(64)
+    second = tracked.allocate_raw(100, stream=7, alignment=512)
+    listed = tracked.outstanding()
+    assert [(r["address"], r["bytes"], r["alignment"], r["stream"], r["sequence"]) for r in listed] == [
+        (first, 64, 256, 0, 1), (second, 100, 512, 7, 2)]
+    assert all(r["thread"] == listed[0]["thread"] and r["call_stack"] for r in listed)
+    tracked.deallocate_raw(first, 64)
+    assert [r["address"] for r in tracked.outstanding()] == [second]
+    tracked.deallocate_raw(second, 100, stream=7, alignment=512)
+    assert tracked.outstanding() == []
+
+
 def test_history_adaptor_keeps_the_latest_events_and_named_regions(host):
     history = cudapmr.HistoryAdaptor(host, capacity=4)
     with history.annotate("phase"):
@@ -715,6 +729,13 @@ def test_dlpack_stream_values(host):
             assert "dltensor" in repr(buffer.__dlpack__(stream=stream))
 
 
+def test_dlpack_stream_that_names_no_stream_is_refused_even_for_pageable_memory(host):
+    with host.allocate(4) as buffer:
+        with pytest.raises(TypeError, match="str"):
+            buffer.__dlpack__(stream="x")
+        assert "dltensor" in repr(buffer.__dlpack__())  # the buffer is still whole
+
+
 def torch_entry_points():
     """cudapmr_torch_malloc and cudapmr_torch_free, loaded as CUDAPluggableAllocator does with library_path()."""
     import ctypes
@@ -901,6 +922,8 @@ def test_torch_init_hook_marks_the_current_allocator_and_until_then_a_refusal_is
 def test_install_allocators_refuses_what_it_cannot_install(host):
     with pytest.raises(ValueError, match="tensorflow"):
         cudapmr.install_allocators(host, frameworks=["tensorflow"])
+    with pytest.raises(ValueError, match=r"\['tensorflow'\]"):  # one name, not a list of its letters
+        cudapmr.install_allocators(host, frameworks="tensorflow")
     with pytest.raises(ValueError, match="device-accessible"):
         cudapmr.install_allocators(host, device_id=0)
     with pytest.raises(TypeError, match="cudapmr resource"):

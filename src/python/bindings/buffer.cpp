@@ -100,7 +100,11 @@ DLDevice device_of(const cudapmr::buffer<std::byte>& memory) {
 /// is read by the host, so the buffer's stream is waited for.
 void order_for_consumer(python_buffer& self, nb::handle stream) {
   const stream_ordered_resource& resource = *self.shared->memory.resource();
-  if (resource.kind() == memory_kind::pageable) return;
+  if (resource.kind() == memory_kind::pageable) {
+    // Pageable memory needs no ordering, but an argument that names no stream is still the caller's mistake.
+    if (!stream.is_none() && !PyLong_Check(stream.ptr())) static_cast<void>(stream_handle(stream));
+    return;
+  }
   cudaStream_t consumer = nullptr;
   if (stream.is_none()) {
     if (resource.is_host_accessible()) {

@@ -164,6 +164,21 @@ void bind_coalescing_statistics(nb::module_& module) {
 }
 
 /// A resource's state() as a dict, None where it does not know.
+/// One of tracking_adaptor::outstanding()'s records, keyed as a history's events are.
+nb::dict record_dict(const allocation_record& record) {
+  nb::dict result;
+  result["address"] = reinterpret_cast<std::uintptr_t>(record.pointer);
+  result["bytes"] = record.bytes;
+  result["alignment"] = record.alignment;
+  result["stream"] = stream_int(record.stream);
+  result["thread"] = record.thread;
+  result["sequence"] = record.sequence;
+  nb::list frames;
+  for (void* frame : record.call_stack) frames.append(reinterpret_cast<std::uintptr_t>(frame));
+  result["call_stack"] = frames;
+  return result;
+}
+
 nb::dict state_dict(const stream_ordered_resource& self) {
   resource_state state;
   {
@@ -625,6 +640,15 @@ void bind_adaptors(nb::module_& module) {
           },
           "ptr"_a, "nbytes"_a, "stream"_a.none() = nb::none(), "alignment"_a = default_alignment,
           "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")
+      .def(
+          "outstanding",
+          [](const tracking_adaptor& self) {
+            nb::list records;
+            for (const allocation_record& record : self.outstanding()) records.append(record_dict(record));
+            return records;
+          },
+          "The outstanding allocations, oldest first: dicts with address, bytes, alignment, stream, thread, "
+          "sequence and call_stack (return addresses, innermost first; empty unless captured).")
       .def_prop_ro("outstanding_count", &tracking_adaptor::outstanding_count)
       .def_prop_ro("outstanding_bytes", &tracking_adaptor::outstanding_bytes)
       .def("leak_report", &tracking_adaptor::leak_report);

@@ -74,6 +74,9 @@ def install_allocators(resource=None, device_id=None, frameworks=FRAMEWORKS):
     (not importable here) or why it was refused (e.g. PyTorch had already
     allocated). Raises ValueError for a framework name it does not know, or a
     resource whose memory is not device-accessible."""
+    if isinstance(frameworks, str):  # one name, not its letters
+        frameworks = (frameworks,)
+    frameworks = tuple(frameworks)
     unknown = [name for name in frameworks if name not in FRAMEWORKS]
     if unknown:
         raise ValueError(f"install_allocators: unknown framework(s) {unknown}; known: {list(FRAMEWORKS)}")

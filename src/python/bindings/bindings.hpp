@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace cudapmr::python {
 
@@ -57,6 +58,13 @@ struct count {
 /// The handle as Python sees it: an int.
 [[nodiscard]] inline std::uintptr_t stream_int(stream_ref stream) noexcept {
   return reinterpret_cast<std::uintptr_t>(stream.get());
+}
+
+/// A call stack as Python sees it: a list of return addresses (ints), innermost first.
+[[nodiscard]] inline nanobind::list return_addresses(const std::vector<void*>& call_stack) {
+  nanobind::list frames;
+  for (void* frame : call_stack) frames.append(reinterpret_cast<std::uintptr_t>(frame));
+  return frames;
 }
 
 /// The memory of a Buffer and a reference to the Python object of its

@@ -33,9 +33,7 @@ nb::dict event_dict(const history_event& event) {
   result["bytes"] = event.bytes;
   result["alignment"] = event.alignment;
   result["stream"] = stream_int(event.stream);
-  nb::list frames;
-  for (void* frame : event.call_stack) frames.append(reinterpret_cast<std::uintptr_t>(frame));
-  result["call_stack"] = frames;
+  result["call_stack"] = return_addresses(event.call_stack);
   result["device_free_bytes"] =
       event.device_free_bytes ? nb::object(nb::int_(*event.device_free_bytes)) : nb::none();
   return result;

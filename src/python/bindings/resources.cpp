@@ -173,9 +173,7 @@ nb::dict record_dict(const allocation_record& record) {
   result["stream"] = stream_int(record.stream);
   result["thread"] = record.thread;
   result["sequence"] = record.sequence;
-  nb::list frames;
-  for (void* frame : record.call_stack) frames.append(reinterpret_cast<std::uintptr_t>(frame));
-  result["call_stack"] = frames;
+  result["call_stack"] = return_addresses(record.call_stack);
   return result;
 }
 

@@ -91,6 +91,11 @@ class cudapmr_resource final : public allocator_under_test {
     if (pmr_path_) resource_->deallocate(p, bytes);
     else resource_->deallocate_async(p, bytes, stream);
   }
+  /// The caching front where there is one (a caching_resource, a device_stack's front), else null.
+  [[nodiscard]] cudapmr::caching_resource* cache() const noexcept {
+    if (auto* stack = dynamic_cast<cudapmr::device_stack*>(resource_.get())) return &stack->front();
+    return dynamic_cast<cudapmr::caching_resource*>(resource_.get());
+  }
 
  private:
   std::shared_ptr<cudapmr::stream_ordered_resource> upstream_;  // outlives resource_
@@ -313,9 +318,23 @@ void mix(benchmark::State& state, const entrant& who, double large_share) {
 }
 
 /// Many threads, each on its own stream, 64 KiB pairs; one allocator shared.
+/// A cache's work beside the pairs is counted by the first thread, over the
+/// run: `seals` (events recorded at frees), `misses`, `cross` (blocks reused
+/// on another stream), each per 1,000 pairs of all threads.
 void threads(benchmark::State& state, const std::shared_ptr<allocator_under_test>& allocator) {
   const cudaStream_t stream = new_stream();
+  const auto* ours = dynamic_cast<cudapmr_resource*>(allocator.get());
+  const cudapmr::caching_resource* cache = ours != nullptr && state.thread_index() == 0 ? ours->cache() : nullptr;
+  const cudapmr::cache_statistics before = cache != nullptr ? cache->statistics() : cudapmr::cache_statistics{};
   time_pairs(state, *allocator, 64 * kibibyte, stream);
+  if (cache != nullptr) {
+    const cudapmr::cache_statistics after = cache->statistics();
+    // Each thread runs as many iterations as the first: all pairs are its count times the threads.
+    const double per_thousand = 1000.0 / static_cast<double>(state.iterations() * state.threads());
+    state.counters["seals"] = static_cast<double>(after.events_recorded - before.events_recorded) * per_thousand;
+    state.counters["misses"] = static_cast<double>(after.misses - before.misses) * per_thousand;
+    state.counters["cross"] = static_cast<double>(after.cross_stream_reuses - before.cross_stream_reuses) * per_thousand;
+  }
   check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
 

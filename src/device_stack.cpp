@@ -171,7 +171,7 @@ void device_stack::release() {
 std::string device_stack::description() const { return fmt::format("device_stack (device {})", device_id()); }
 
 device_stack& default_device_stack(int device) {
-  if (device < 0) CUDAPMR_CHECK(cudaGetDevice(&device));
+  if (device == -1) CUDAPMR_CHECK(cudaGetDevice(&device));  // any other negative ordinal is refused below
   return detail::per_device_instance<device_stack>(device);
 }
 

@@ -144,6 +144,20 @@ TEST(DeviceStack, TheProcessDefaultIsOnePerDevice) {
   CUDAPMR_REQUIRE_GPU();
   EXPECT_EQ(&default_device_stack(0), &default_device_stack(0));
   EXPECT_THROW(static_cast<void>(default_device_stack(device::count())), std::invalid_argument);
+  EXPECT_EQ(&default_device_stack(-1), &default_device_stack(device::current().ordinal()));
+}
+
+TEST(DeviceStack, OnlyMinusOneNamesTheCurrentDevice) {
+  CUDAPMR_REQUIRE_GPU();
+  for (const int ordinal : {-2, -100}) {
+    try {
+      static_cast<void>(default_device_stack(ordinal));
+      ADD_FAILURE() << "default_device_stack(" << ordinal << ") gave a stack";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("device ordinal " + std::to_string(ordinal)), std::string::npos)
+          << error.what();
+    }
+  }
 }
 
 /// Registered before the default stack's exit handler, so run after it: the

@@ -138,13 +138,14 @@ class device_stack final : public stream_ordered_resource {
   std::jthread idle_thread_;  // last: stopped before the layers go
 };
 
-/// The process's device_stack of `device` (default: the current device), made
+/// The process's device_stack of `device` (-1, the default: the current device), made
 /// on first use and never destroyed, so that a free during exit still finds
 /// it. At exit, before CUDA's teardown, it gives back what it holds idle,
 /// waiting some 100 ms at most for work queued before its last frees and never
 /// synchronizing the device; what is live, graphs' memory and what is still
 /// busy the driver takes back when the process ends.
-/// \throws as device_stack's constructor.
+/// \throws std::invalid_argument for an ordinal below -1 or past the last
+/// device; as device_stack's constructor.
 [[nodiscard]] device_stack& default_device_stack(int device = -1);
 
 }  // namespace cudapmr

@@ -153,8 +153,9 @@ void device_stack::do_report(resource_state& state) const {
   const resource_state engine = engine_.state();
   const resource_state leaf = leaf_.state();
   const std::size_t front_cached = front.cached_bytes.value_or(0);
-  // The front's cached blocks are out of the engine: in use there, free here.
-  if (engine.used_bytes) state.used_bytes = *engine.used_bytes - std::min(front_cached, *engine.used_bytes);
+  // What users hold, as the front counts it: the engine's count also holds
+  // the front's cached blocks, each rounded as the engine rounds it.
+  state.used_bytes = front.used_bytes;
   state.reserved_bytes = leaf.reserved_bytes;
   state.peak_reserved_bytes = leaf.peak_reserved_bytes;
   state.cached_bytes = front_cached + engine.cached_bytes.value_or(0);

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace cudapmr::test {
@@ -50,6 +51,27 @@ TEST(DeviceStack, ASnapshotShowsEachLayer) {
   EXPECT_EQ(whole.reserved_bytes, taken.resources[3].reserved_bytes);
   stack.deallocate_async(small, 4096, stream);
   stack.deallocate_async(large, 64 * mebibyte, stream);
+}
+
+TEST(DeviceStack, ReportsNothingUsedOnceOddSizesAndAlignmentsAreAllFreed) {
+  // The engine rounds the front's blocks its own way (512 B, 2 MiB steps): the
+  // stack's used bytes are the front's count of what is live, not the
+  // engine's less what the front caches.
+  CUDAPMR_REQUIRE_GPU();
+  device_stack stack(0);
+  const cudapmr::stream stream(0);
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t alignment = 1; alignment <= max_alignment; alignment <<= 1)
+    for (const std::size_t bytes : {std::size_t{1}, alignment + 1, 3 * mebibyte + 7})
+      blocks.emplace_back(stack.allocate_async(bytes, alignment, stream), bytes);
+  EXPECT_GT(stack.state().used_bytes.value_or(0), 0u);
+  std::size_t alignment = 1;
+  for (std::size_t index = 0; index < blocks.size(); ++index) {
+    stack.deallocate_async(blocks[index].first, blocks[index].second, alignment, stream);
+    if (index % 3 == 2) alignment <<= 1;
+  }
+  stream.synchronize();
+  EXPECT_EQ(stack.state().used_bytes, 0u);
 }
 
 TEST(DeviceStack, WhatTheDeviceHoldsFollowsWhatIsLive) {

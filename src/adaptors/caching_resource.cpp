@@ -160,10 +160,16 @@ void* caching_resource::allocate_upstream(std::size_t bytes, std::size_t alignme
 
 void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
   if (!is_cacheable(bytes, alignment)) {
+    void* p = nullptr;
     // Zero bytes own nothing and a captured stream's allocation is a graph node: neither is worth a trim.
-    if (bytes == 0 || is_captured(stream)) return upstream_resource().allocate_async(bytes, alignment, stream);
-    if (options_.hand_back_before_large && bytes > options_.max_cached_block) hand_back_own(stream);
-    return allocate_upstream(bytes, alignment, stream);
+    if (bytes == 0 || is_captured(stream)) {
+      p = upstream_resource().allocate_async(bytes, alignment, stream);
+    } else {
+      if (options_.hand_back_before_large && bytes > options_.max_cached_block) hand_back_own(stream);
+      p = allocate_upstream(bytes, alignment, stream);
+    }
+    note_passed(bytes);
+    return p;
   }
   const std::size_t size_class = detail::size_class_of(bytes);
   if (is_captured(stream)) {
@@ -183,6 +189,7 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
       upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment, stream);
       throw std::bad_alloc();
     }
+    note_passed(detail::size_class_bytes(size_class));
     return p;
   }
   if (void* p = cache_.take(stream, size_class)) return p;
@@ -191,11 +198,16 @@ void* caching_resource::do_allocate_async(std::size_t bytes, std::size_t alignme
 
 void caching_resource::do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment,
                                            stream_ref stream) noexcept {
-  if (!is_cacheable(bytes, alignment)) return upstream_resource().deallocate_async(p, bytes, alignment, stream);
+  if (!is_cacheable(bytes, alignment)) {
+    note_passed_back(bytes);
+    return upstream_resource().deallocate_async(p, bytes, alignment, stream);
+  }
   const std::size_t requested_class = detail::size_class_of(bytes);
   const std::size_t size_class = cache_.class_when_freed(p, requested_class);
-  if (size_class == detail::block_cache::graph_block)
+  if (size_class == detail::block_cache::graph_block) {
+    note_passed_back(detail::size_class_bytes(requested_class));
     return upstream_resource().deallocate_async(p, detail::size_class_bytes(requested_class), block_alignment, stream);
+  }
   // Freed during capture: the graph may use the block whenever it replays, so
   // it goes upstream as a graph node instead of into the cache.
   if (is_captured(stream)) {
@@ -239,8 +251,10 @@ void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t ali
   if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_deallocate(p, bytes, alignment);
   const std::size_t requested_class = detail::size_class_of(bytes);
   const std::size_t size_class = cache_.class_when_freed(p, requested_class);
-  if (size_class == detail::block_cache::graph_block)
+  if (size_class == detail::block_cache::graph_block) {
+    note_passed_back(detail::size_class_bytes(requested_class));
     return upstream_resource().deallocate(p, detail::size_class_bytes(requested_class), block_alignment);
+  }
   // With the bound stream never handed out, nothing queued can touch the block.
   const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
                                              : cache_.give_ready(size_class, p);
@@ -281,6 +295,9 @@ cache_statistics caching_resource::statistics() const {
 
 void caching_resource::do_report(resource_state& state) const {
   state.cached_bytes = cache_.bytes();
+  // Live: the cached blocks' bytes handed out (whole size classes) and what went upstream uncached.
+  const std::size_t held = cache_.held_bytes();
+  state.used_bytes = held - std::min(held, *state.cached_bytes) + passed_live_.load(std::memory_order_relaxed);
   state.releasable_bytes = state.cached_bytes;
   for (const auto& [stream, bytes] : cache_.bytes_by_stream())
     state.cached_bytes_by_stream.push_back({stream_ref(stream), bytes});

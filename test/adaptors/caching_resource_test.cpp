@@ -641,6 +641,41 @@ TEST(CachingResource, LargeZeroAndOverAlignedRequestsBypassTheCache) {
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
 }
 
+TEST(CachingResource, ReportsAsUsedWhatIsLiveWhetherCachedOrPassedUpstreamAndNothingOnceAllIsFreed) {
+  // The default stack's front and engine, which round blocks differently:
+  // what the stack reports used is the front's count, not the engine's.
+  host_memory_resource leaf;
+  fake_ordering ordering;
+  stack_shape stack(leaf, ordering);
+  const stream_ref stream = fake_stream(1);
+  struct request {
+    std::size_t bytes, alignment;
+    bool pmr;
+  };
+  const std::vector<request> requests{{1, 1, false},          {300, 256, false},         {513, 64, true},
+                                      {3 * mebibyte + 7, 256, false}, {1000, 4096, false}, {8 * mebibyte, 256, true},
+                                      {5000, 2 * mebibyte, false}};
+  std::vector<void*> blocks;
+  std::size_t passed = 0;  // what goes upstream uncached counts as asked
+  for (const request& each : requests) {
+    blocks.push_back(each.pmr ? stack.front.allocate(each.bytes, each.alignment)
+                              : stack.front.allocate_async(each.bytes, each.alignment, stream));
+    if (each.alignment > 256 || each.bytes > 4 * mebibyte) passed += each.bytes;
+  }
+  const std::size_t used = stack.front.state().used_bytes.value_or(0);
+  EXPECT_GE(used, passed + 1 + 300 + 513 + 3 * mebibyte + 7) << "each block counts at least what it was asked";
+  EXPECT_LE(used, passed + (1 + 300 + 513 + 3 * mebibyte + 7) * 5 / 4 + 256) << "within a size class of it";
+  for (std::size_t index = 0; index < requests.size(); ++index) {
+    const request& each = requests[index];
+    if (each.pmr) stack.front.deallocate(blocks[index], each.bytes, each.alignment);
+    else stack.front.deallocate_async(blocks[index], each.bytes, each.alignment, stream);
+  }
+  EXPECT_EQ(stack.front.state().used_bytes, 0u) << "all freed: nothing is live, whatever the front caches";
+  EXPECT_GT(stack.front.state().cached_bytes.value_or(0), 0u);
+  EXPECT_GT(stack.engine.state().used_bytes.value_or(0), stack.front.state().cached_bytes.value_or(0))
+      << "the engine counts the front's cached blocks as it rounds them (2 MiB steps past 1 MiB)";
+}
+
 /// A cache of blocks up to 64 KiB that hands its stream's blocks back before larger requests.
 caching_options handing_back() { return {.max_cached_block = 64 * 1024, .hand_back_before_large = true}; }
 

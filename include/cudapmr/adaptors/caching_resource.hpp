@@ -7,6 +7,7 @@
 #include "cudapmr/adaptors/resource_adaptor.hpp"
 #include "cudapmr/detail/block_cache.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -221,10 +222,16 @@ class caching_resource final : public resource_adaptor {
   void evict_and_free(void (detail::block_cache::*evict)(stream_ref, std::vector<detail::evicted_block>&) noexcept,
                       stream_ref stream) noexcept;
 
+  /// Counts `bytes` of an allocation passed upstream uncached (too large,
+  /// over-aligned, captured) in or out of what the report calls used.
+  void note_passed(std::size_t bytes) noexcept { passed_live_.fetch_add(bytes, std::memory_order_relaxed); }
+  void note_passed_back(std::size_t bytes) noexcept { passed_live_.fetch_sub(bytes, std::memory_order_relaxed); }
+
   caching_options options_;
   detail::stream_ordering& ordering_;
   detail::block_cache cache_;
   std::size_t device_memory_bytes_;  // past it, out-of-memory needs no trim
+  std::atomic<std::size_t> passed_live_{0};  // live bytes passed upstream uncached (note_passed)
 };
 
 /// The process's pinned resource for std::pmr containers and other host-side

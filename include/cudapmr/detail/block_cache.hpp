@@ -8,6 +8,7 @@
 #include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/stream.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -190,6 +191,12 @@ class block_cache {
   /// host has no memory for the lists before it; the blocks then stay cached.
   bool drain(stream_ref stream, std::vector<evicted_block>& out);
 
+  /// Bytes the owner took from upstream through the cache and has not
+  /// returned, the cached ones included: what is live in cached blocks is
+  /// this less `bytes()` (exact once no call is under way).
+  [[nodiscard]] std::size_t held_bytes() const noexcept {
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, held_.load(std::memory_order_relaxed)));
+  }
   /// Bytes and blocks held, counted under the locks.
   [[nodiscard]] std::size_t bytes() const;
   [[nodiscard]] std::size_t blocks() const;

@@ -95,9 +95,23 @@ struct virtual_memory_resource::book {
     bool of_graph = false;  // allocated during a capture: the graph may use it at every launch
   };
 
-  book(std::uintptr_t base, std::size_t bytes, std::string owner) : ranges(base, bytes, std::move(owner)) {}
+  book(std::uintptr_t base, std::size_t bytes, std::string owner) { ranges.emplace_back(base, bytes, std::move(owner)); }
 
-  detail::address_ranges ranges;
+  /// The lowest fitting address of the first range that has one.
+  [[nodiscard]] std::optional<std::uintptr_t> try_take(std::size_t bytes, std::size_t alignment) {
+    for (detail::address_ranges& range : ranges)
+      if (const std::optional<std::uintptr_t> address = range.try_take(bytes, alignment)) return address;
+    return std::nullopt;
+  }
+  /// Gives [address, address + bytes) back to the range it came from.
+  void give_back(std::uintptr_t address, std::size_t bytes) {
+    for (detail::address_ranges& range : ranges)
+      if (address >= range.base() && address - range.base() < range.size()) return range.give_back(address, bytes);
+    throw std::invalid_argument(fmt::format("{} bytes at {:#x} given back lie in no reserved range", bytes, address));
+  }
+
+  /// The reserved ranges, the constructor's first.
+  std::vector<detail::address_ranges> ranges;
   std::map<std::uintptr_t, mapping> live;
   std::vector<freed_range> pending;  // freed, still mapped, in the order of their frees
 };
@@ -129,23 +143,25 @@ virtual_memory_resource::virtual_memory_resource(int device, virtual_memory_opti
   // range never refuses what the device could still hold.
   const std::size_t wanted =
       options.reserve_bytes != 0 ? options.reserve_bytes : cudapmr::device(device).total_memory() / 8 * 9;
-  reserved_bytes_ = detail::round_up_to(wanted, granularity_);
-  if (reserved_bytes_ == 0)
+  first_range_bytes_ = detail::round_up_to(wanted, granularity_);
+  if (first_range_bytes_ == 0)
     throw std::invalid_argument(fmt::format(
         "virtual_memory_options.reserve_bytes {} overflows when rounded up to the granularity {}", wanted, granularity_));
+  grows_ = options.reserve_bytes == 0;
 
   CUdeviceptr base = 0;
-  detail::check_driver(driver().address_reserve(&base, reserved_bytes_, granularity_, 0, 0), [&] {
-    return fmt::format("cuMemAddressReserve of {} bytes (aligned to {}) for device {}", reserved_bytes_, granularity_,
-                       device);
+  detail::check_driver(driver().address_reserve(&base, first_range_bytes_, granularity_, 0, 0), [&] {
+    return fmt::format("cuMemAddressReserve of {} bytes (aligned to {}) for device {}", first_range_bytes_,
+                       granularity_, device);
   });
-  reservation_ = static_cast<std::uintptr_t>(base);
   try {
-    book_ = std::make_unique<book>(reservation_, reserved_bytes_, description());
+    book_ = std::make_unique<book>(static_cast<std::uintptr_t>(base), first_range_bytes_, description());
   } catch (...) {
-    detail::assert_driver_success(driver().address_free(base, reserved_bytes_), "cuMemAddressFree", __FILE__, __LINE__);
+    detail::assert_driver_success(driver().address_free(base, first_range_bytes_), "cuMemAddressFree", __FILE__,
+                                  __LINE__);
     throw;
   }
+  reserved_bytes_.store(first_range_bytes_, std::memory_order_relaxed);
 }
 
 virtual_memory_resource::~virtual_memory_resource() {
@@ -168,9 +184,44 @@ virtual_memory_resource::~virtual_memory_resource() {
     return;  // no memory to list them: leave everything mapped rather than free a reservation still in use
   }
   unmap(rest);
-  if (mappings() == 0)
-    detail::assert_driver_success(driver().address_free(static_cast<CUdeviceptr>(reservation_), reserved_bytes_),
+  if (mappings() != 0) return;  // a reservation can only be freed wholly unmapped
+  for (const detail::address_ranges& range : book_->ranges)
+    detail::assert_driver_success(driver().address_free(static_cast<CUdeviceptr>(range.base()), range.size()),
                                   "cuMemAddressFree", __FILE__, __LINE__);
+}
+
+std::size_t virtual_memory_resource::address_reservations() const {
+  const std::lock_guard lock(mutex_);
+  return book_->ranges.size();
+}
+
+std::uintptr_t virtual_memory_resource::take_from_another_range(std::size_t bytes, std::size_t alignment,
+                                                                std::size_t requested) {
+  if (!grows_) return book_->ranges.front().take(bytes, alignment);  // refuses, naming the range
+  std::size_t free_bytes = 0;
+  std::size_t largest = 0;
+  for (const detail::address_ranges& range : book_->ranges) {
+    free_bytes += range.free_bytes();
+    largest = std::max(largest, range.largest_free_range());
+  }
+  // As large as the first, or as the request with room to align it.
+  const std::size_t size = std::max(first_range_bytes_, detail::round_up_to(bytes + alignment, granularity_));
+  CUdeviceptr base = 0;
+  const CUresult status = driver().address_reserve(&base, size, alignment, 0, 0);
+  if (status != CUDA_SUCCESS)
+    throw out_of_memory(requested, alignment, description(),
+                        fmt::format("no free range of the {} reserved bytes fits {} bytes ({} free, the largest free "
+                                    "range {}), and cuMemAddressReserve of {} more bytes failed: {}",
+                                    reserved_address_bytes(), bytes, free_bytes, largest, size,
+                                    detail::driver_error_name(status)));
+  try {
+    book_->ranges.emplace_back(static_cast<std::uintptr_t>(base), size, description());
+  } catch (...) {
+    detail::assert_driver_success(driver().address_free(base, size), "cuMemAddressFree", __FILE__, __LINE__);
+    throw;
+  }
+  reserved_bytes_.fetch_add(size, std::memory_order_relaxed);
+  return book_->ranges.back().take(bytes, alignment);
 }
 
 std::string virtual_memory_resource::description() const {
@@ -183,10 +234,10 @@ void* virtual_memory_resource::do_allocate_async(std::size_t bytes, std::size_t 
   if (rounded == 0)
     throw out_of_memory(bytes, alignment, description(),
                         fmt::format("the request rounded up to the granularity {} overflows size_t", granularity_));
-  if (rounded > reserved_bytes_)
+  if (rounded > first_range_bytes_)
     throw out_of_memory(bytes, alignment, description(),
                         fmt::format("{} bytes (rounded to the granularity) exceed the reserved address range of {} bytes",
-                                    rounded, reserved_bytes_));
+                                    rounded, first_range_bytes_));
   unmap_pending(false);
   return map_new(rounded, std::max(alignment, granularity_), bytes, stream);
 }
@@ -305,12 +356,13 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     std::optional<std::uintptr_t> taken;
     {
       const std::lock_guard lock(mutex_);
-      taken = book_->ranges.try_take(bytes, alignment);
+      taken = book_->try_take(bytes, alignment);
     }
-    if (!taken) {  // the address range is full: pending frees hold part of it
+    if (!taken) {  // the address ranges are full: pending frees hold part of them
       unmap_pending(true);
       const std::lock_guard lock(mutex_);
-      taken = book_->ranges.take(bytes, alignment);
+      taken = book_->try_take(bytes, alignment);
+      if (!taken) taken = take_from_another_range(bytes, alignment, requested);
     }
     address = *taken;
   } catch (...) {
@@ -327,7 +379,7 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
                                     "cuMemUnmap", __FILE__, __LINE__);
     release_pieces();
     const std::lock_guard lock(mutex_);
-    book_->ranges.give_back(address, bytes);
+    book_->give_back(address, bytes);
   };
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -458,7 +510,7 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
   for (const freed_range& range : freed) {
     if (range.bytes == 0) continue;
     try {
-      book_->ranges.give_back(range.address, range.bytes);
+      book_->give_back(range.address, range.bytes);
     } catch (...) {  // no memory for one more free range: those addresses stay unused
     }
     ++unmapped_count;

@@ -295,6 +295,33 @@ TEST_F(VirtualMemoryResource, RefusesADeviceThatDoesNotExistAndAReservationBelow
   }
 }
 
+TEST_F(VirtualMemoryResource, ARangeTooFragmentedForALargeRequestTheDeviceCanHoldGrowsAnother) {
+  // One reservation of 1.125 times the device: half of it mapped, then a
+  // small block above it, then the half unmapped. A request for 0.7 of the
+  // device has the memory, but neither free range (0.5, about 0.625) fits it.
+  const std::size_t total = device(0).total_memory();
+  if (device(0).free_memory() < total / 100 * 75) GTEST_SKIP() << "needs three quarters of the device free";
+  virtual_memory_resource resource(0);
+  const cudapmr::stream stream(0);
+  const std::size_t half = total / 2;
+  const std::size_t large = total / 10 * 7;
+  void* lower = resource.allocate_async(half, stream);
+  void* small = resource.allocate_async(2 * mebibyte, stream);
+  resource.deallocate_async(lower, half, stream);
+  stream.synchronize();
+  resource.release_completed();
+  ASSERT_EQ(resource.address_reservations(), 1u);
+  void* p = resource.allocate_async(large, stream);
+  EXPECT_EQ(resource.address_reservations(), 2u);
+  EXPECT_GE(resource.reserved_address_bytes(), 2 * (total / 8 * 9));
+  auto* words = static_cast<std::uint32_t*>(p);
+  write_sequence(words, large / sizeof(std::uint32_t), 11, stream);
+  EXPECT_EQ(count_sequence_mismatches(words, large / sizeof(std::uint32_t), 11, stream), 0u);
+  resource.deallocate_async(p, large, stream);
+  resource.deallocate_async(small, 2 * mebibyte, stream);
+  stream.synchronize();
+}
+
 TEST_F(VirtualMemoryResource, AFullReservationRefusesWithOutOfMemoryAndKeepsWorking) {
   virtual_memory_resource resource(0, virtual_memory_options{.reserve_bytes = 64 * mebibyte});
   const cudapmr::stream stream(0);

@@ -25,8 +25,12 @@ class address_ranges;
 /// How a virtual_memory_resource reserves and creates its memory.
 struct virtual_memory_options {
   /// Bytes of address space reserved at construction, rounded up to the
-  /// allocation granularity; 0: 1.125 times the device's memory. What is live
-  /// and what waits to be unmapped must fit in it.
+  /// allocation granularity: what is live and what waits to be unmapped must
+  /// fit in it. 0: 1.125 times the device's memory, and another range as
+  /// large (or as the request) wherever what is live leaves no free range
+  /// that fits a request the device's memory could still hold: address space
+  /// costs nothing until mapped, and a single range, fragmented, could refuse
+  /// a large request with most of the device free.
   std::size_t reserve_bytes = 0;
   /// Ask for a POSIX file descriptor handle type at each cuMemCreate, so that
   /// `export_handle` works; where the driver refuses it, allocations are made
@@ -92,8 +96,12 @@ class virtual_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] std::size_t pending_bytes() const noexcept { return pending_.load(std::memory_order_relaxed); }
   /// How many ranges are mapped now: live allocations and frees not yet unmapped.
   [[nodiscard]] std::size_t mappings() const noexcept { return mappings_.load(std::memory_order_relaxed); }
-  /// The size of the reserved address range.
-  [[nodiscard]] std::size_t reserved_address_bytes() const noexcept { return reserved_bytes_; }
+  /// The address space reserved: the first range and any added since.
+  [[nodiscard]] std::size_t reserved_address_bytes() const noexcept {
+    return reserved_bytes_.load(std::memory_order_relaxed);
+  }
+  /// How many address ranges are reserved (more than 1 only with the default `reserve_bytes`).
+  [[nodiscard]] std::size_t address_reservations() const;
   /// The allocation granularity (recommended) every allocation is rounded to.
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   /// Whether allocations carry the POSIX file descriptor handle type (asked
@@ -158,11 +166,16 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void unmap_pending(bool wait);
   /// Unmaps `freed` (ranges already out of every list) and gives their addresses back.
   void unmap(std::vector<freed_range>& freed) noexcept;
+  /// `bytes` of address space aligned to `alignment` once every reserved
+  /// range is too fragmented for them: from a new range where the reservation
+  /// grows, else out_of_memory naming the request and the range. With mutex_ held.
+  [[nodiscard]] std::uintptr_t take_from_another_range(std::size_t bytes, std::size_t alignment, std::size_t requested);
 
   stream bound_stream_;
   std::size_t granularity_ = 0;
-  std::size_t reserved_bytes_ = 0;
-  std::uintptr_t reservation_ = 0;
+  std::size_t first_range_bytes_ = 0;  // the constructor's reservation; no request is larger
+  bool grows_ = false;                 // reserve_bytes was 0: more ranges where fragmentation needs them
+  std::atomic<std::size_t> reserved_bytes_{0};
   bool rdma_ = false;
   std::atomic<bool> exportable_{false};
   std::atomic<std::size_t> mapped_{0};

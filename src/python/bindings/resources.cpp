@@ -440,7 +440,7 @@ void bind_kinds(nb::module_& module) {
 
   nb::class_<virtual_memory_resource, stream_ordered_resource>(
       module, "VirtualMemoryResource",
-      "Device memory on the driver's virtual memory calls: one reserved address range, pages mapped per "
+      "Device memory on the driver's virtual memory calls: reserved address ranges, pages mapped per "
       "allocation and unmapped once the work before their free is done, never with a device-wide synchronize.")
       .def(
           "__init__",
@@ -454,6 +454,8 @@ void bind_kinds(nb::module_& module) {
       .def_prop_ro("allocated_bytes", &virtual_memory_resource::allocated_bytes)
       .def_prop_ro("pending_bytes", &virtual_memory_resource::pending_bytes)
       .def_prop_ro("granularity", &virtual_memory_resource::granularity)
+      .def_prop_ro("reserved_address_bytes", &virtual_memory_resource::reserved_address_bytes)
+      .def_prop_ro("address_reservations", &virtual_memory_resource::address_reservations)
       .def("release_completed", &virtual_memory_resource::release_completed, nb::call_guard<nb::gil_scoped_release>())
       .def("release", &virtual_memory_resource::release, nb::call_guard<nb::gil_scoped_release>());
 

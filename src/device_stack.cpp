@@ -172,7 +172,10 @@ void device_stack::release() {
 std::string device_stack::description() const { return fmt::format("device_stack (device {})", device_id()); }
 
 device_stack& default_device_stack(int device) {
-  if (device == -1) CUDAPMR_CHECK(cudaGetDevice(&device));  // any other negative ordinal is refused below
+  if (device < -1)  // wrong on any machine: refused before CUDA is asked anything
+    throw std::invalid_argument(
+        fmt::format("default_device_stack: device ordinal {} is out of range: -1 names the current device", device));
+  if (device == -1) CUDAPMR_CHECK(cudaGetDevice(&device));
   return detail::per_device_instance<device_stack>(device);
 }
 

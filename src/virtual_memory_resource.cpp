@@ -183,8 +183,8 @@ virtual_memory_resource::~virtual_memory_resource() {
   } catch (...) {
     return;  // no memory to list them: leave everything mapped rather than free a reservation still in use
   }
-  unmap(rest);
-  if (mappings() != 0) return;  // a reservation can only be freed wholly unmapped
+  unmap(rest);  // which frees the added ranges it leaves wholly free
+  if (mappings() != 0) return;  // the first range can only be freed wholly unmapped
   for (const detail::address_ranges& range : book_->ranges)
     detail::assert_driver_success(driver().address_free(static_cast<CUdeviceptr>(range.base()), range.size()),
                                   "cuMemAddressFree", __FILE__, __LINE__);
@@ -195,25 +195,17 @@ std::size_t virtual_memory_resource::address_reservations() const {
   return book_->ranges.size();
 }
 
-std::uintptr_t virtual_memory_resource::take_from_another_range(std::size_t bytes, std::size_t alignment,
-                                                                std::size_t requested) {
-  if (!grows_) return book_->ranges.front().take(bytes, alignment);  // refuses, naming the range
-  std::size_t free_bytes = 0;
-  std::size_t largest = 0;
-  for (const detail::address_ranges& range : book_->ranges) {
-    free_bytes += range.free_bytes();
-    largest = std::max(largest, range.largest_free_range());
-  }
-  // As large as the first, or as the request with room to align it.
-  const std::size_t size = std::max(first_range_bytes_, detail::round_up_to(bytes + alignment, granularity_));
+std::optional<std::uintptr_t> virtual_memory_resource::take_from_another_range(std::size_t bytes,
+                                                                               std::size_t alignment) {
+  // As large as the first range, which no request passes (do_allocate_async).
+  const std::size_t size = first_range_bytes_;
   CUdeviceptr base = 0;
   const CUresult status = driver().address_reserve(&base, size, alignment, 0, 0);
-  if (status != CUDA_SUCCESS)
-    throw out_of_memory(requested, alignment, description(),
-                        fmt::format("no free range of the {} reserved bytes fits {} bytes ({} free, the largest free "
-                                    "range {}), and cuMemAddressReserve of {} more bytes failed: {}",
-                                    reserved_address_bytes(), bytes, free_bytes, largest, size,
-                                    detail::driver_error_name(status)));
+  if (status == CUDA_ERROR_OUT_OF_MEMORY) return std::nullopt;  // no address space left: the caller waits instead
+  detail::check_driver(status, [&] {
+    return fmt::format("cuMemAddressReserve of another {} bytes (aligned to {}) for {}", size, alignment,
+                       description());
+  });
   try {
     book_->ranges.emplace_back(static_cast<std::uintptr_t>(base), size, description());
   } catch (...) {
@@ -221,7 +213,35 @@ std::uintptr_t virtual_memory_resource::take_from_another_range(std::size_t byte
     throw;
   }
   reserved_bytes_.fetch_add(size, std::memory_order_relaxed);
-  return book_->ranges.back().take(bytes, alignment);
+  return book_->ranges.back().try_take(bytes, alignment);
+}
+
+void virtual_memory_resource::free_empty_ranges() noexcept {
+  auto& ranges = book_->ranges;
+  for (std::size_t index = ranges.size() - 1; index >= 1; --index) {  // never the first
+    const detail::address_ranges& range = ranges[index];
+    if (range.free_bytes() != range.size()) continue;
+    detail::assert_driver_success(driver().address_free(static_cast<CUdeviceptr>(range.base()), range.size()),
+                                  "cuMemAddressFree", __FILE__, __LINE__);
+    reserved_bytes_.fetch_sub(range.size(), std::memory_order_relaxed);
+    ranges.erase(ranges.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+}
+
+void virtual_memory_resource::refuse_address_space(std::size_t bytes, std::size_t alignment,
+                                                   std::size_t requested) const {
+  if (book_->ranges.size() == 1)
+    static_cast<void>(book_->ranges.front().take(bytes, alignment));  // refuses, naming the range
+  std::size_t free_bytes = 0;
+  std::size_t largest = 0;
+  for (const detail::address_ranges& range : book_->ranges) {
+    free_bytes += range.free_bytes();
+    largest = std::max(largest, range.largest_free_range());
+  }
+  throw out_of_memory(requested, alignment, description(),
+                      fmt::format("no free range of the {} reserved bytes in {} ranges fits {} bytes ({} free, the "
+                                  "largest free range {}), and the driver reserves no more address space",
+                                  reserved_address_bytes(), book_->ranges.size(), bytes, free_bytes, largest));
 }
 
 std::string virtual_memory_resource::description() const {
@@ -358,11 +378,16 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
       const std::lock_guard lock(mutex_);
       taken = book_->try_take(bytes, alignment);
     }
+    if (!taken && grows_) {  // too fragmented: more address space costs nothing, a wait for pending frees may
+      const std::lock_guard lock(mutex_);
+      taken = book_->try_take(bytes, alignment);
+      if (!taken) taken = take_from_another_range(bytes, alignment);
+    }
     if (!taken) {  // the address ranges are full: pending frees hold part of them
       unmap_pending(true);
       const std::lock_guard lock(mutex_);
       taken = book_->try_take(bytes, alignment);
-      if (!taken) taken = take_from_another_range(bytes, alignment, requested);
+      if (!taken) refuse_address_space(bytes, alignment, requested);
     }
     address = *taken;
   } catch (...) {
@@ -511,10 +536,11 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
     if (range.bytes == 0) continue;
     try {
       book_->give_back(range.address, range.bytes);
-    } catch (...) {  // no memory for one more free range: those addresses stay unused
-    }
+    } catch (const std::bad_alloc&) {  // no memory for one more free range: those addresses stay unused
+    }  // anything else is a bookkeeping defect, which ends the program here (noexcept)
     ++unmapped_count;
   }
+  free_empty_ranges();
   pending_.fetch_sub(physical_bytes, std::memory_order_relaxed);
   mapped_.fetch_sub(physical_bytes, std::memory_order_relaxed);
   mappings_.fetch_sub(unmapped_count, std::memory_order_relaxed);

@@ -97,7 +97,8 @@ struct target_kind {
   const char* name;
   bool needs_gpu;
   bool tracked;
-  /// False for managed memory, which is never asked for more than the GPU has.
+  /// False for managed memory, which is never asked for more than the GPU
+  /// has, and for an uncapped host resource, which would ask the system.
   bool exhaustible;
   void (*build)(target&);
 };

@@ -311,12 +311,20 @@ TEST_F(VirtualMemoryResource, ARangeTooFragmentedForALargeRequestTheDeviceCanHol
   stream.synchronize();
   resource.release_completed();
   ASSERT_EQ(resource.address_reservations(), 1u);
+  const std::size_t first_range = resource.reserved_address_bytes();
   void* p = resource.allocate_async(large, stream);
   EXPECT_EQ(resource.address_reservations(), 2u);
-  EXPECT_GE(resource.reserved_address_bytes(), 2 * (total / 8 * 9));
+  EXPECT_EQ(resource.reserved_address_bytes(), 2 * first_range);
   auto* words = static_cast<std::uint32_t*>(p);
   write_sequence(words, large / sizeof(std::uint32_t), 11, stream);
   EXPECT_EQ(count_sequence_mismatches(words, large / sizeof(std::uint32_t), 11, stream), 0u);
+  resource.deallocate_async(p, large, stream);
+  stream.synchronize();
+  resource.release_completed();
+  EXPECT_EQ(resource.address_reservations(), 1u) << "the added range, wholly free, is given back";
+  EXPECT_EQ(resource.reserved_address_bytes(), first_range);
+  p = resource.allocate_async(large, stream);  // fragmented as before: another range again
+  EXPECT_EQ(resource.address_reservations(), 2u);
   resource.deallocate_async(p, large, stream);
   resource.deallocate_async(small, 2 * mebibyte, stream);
   stream.synchronize();

@@ -112,8 +112,9 @@ class device_stack final : public stream_ordered_resource {
     front_.deallocate(p, bytes, alignment);
   }
   void do_trim(stream_ref stream) override { front_.trim(stream); }
-  /// The stack as one resource: what users hold (in the engine's 512-byte
-  /// rounding), what the leaf has mapped, and what the layers hold free.
+  /// The stack as one resource: what users hold, as the front counts it
+  /// (whole size classes; bytes as asked where it passed a request on
+  /// uncached), what the leaf has mapped, and what the layers hold free.
   void do_report(resource_state& state) const override;
 
   /// The idle thread's loop: every `idle_release`, if the engine saw no work

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// \file virtual_memory_resource.hpp
-/// Device memory from the driver's virtual memory management calls: one
-/// address range reserved once, physical memory mapped into it per
-/// allocation and unmapped once the work queued before its free is done.
+/// Device memory from the driver's virtual memory management calls: an
+/// address range reserved once (and, with the default reservation, more where
+/// fragmentation needs them), physical memory mapped into it per allocation
+/// and unmapped once the work queued before its free is done.
 
 #include "cudapmr/stream.hpp"
 #include "cudapmr/stream_ordered_resource.hpp"
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +29,11 @@ struct virtual_memory_options {
   /// Bytes of address space reserved at construction, rounded up to the
   /// allocation granularity: what is live and what waits to be unmapped must
   /// fit in it. 0: 1.125 times the device's memory, and another range as
-  /// large (or as the request) wherever what is live leaves no free range
-  /// that fits a request the device's memory could still hold: address space
-  /// costs nothing until mapped, and a single range, fragmented, could refuse
-  /// a large request with most of the device free.
+  /// large wherever what is live leaves no free range that fits a request,
+  /// given back once nothing is mapped in it: address space costs nothing
+  /// until mapped, and a single range, fragmented, could refuse a large
+  /// request with most of the device free. (Only where the driver reserves
+  /// no more address space is such a request refused after all.)
   std::size_t reserve_bytes = 0;
   /// Ask for a POSIX file descriptor handle type at each cuMemCreate, so that
   /// `export_handle` works; where the driver refuses it, allocations are made
@@ -42,7 +45,8 @@ struct virtual_memory_options {
 };
 
 /// Device memory of one GPU on the driver's virtual memory calls. At
-/// construction it reserves one address range; each allocation, rounded up
+/// construction it reserves one address range (more later, see
+/// `virtual_memory_options::reserve_bytes`); each allocation, rounded up
 /// to the granularity (2 MiB on H100/H200), is one physical allocation (or
 /// several taken over, below) mapped at the lowest free address that fits,
 /// readable and writable by its device. Exportable allocations are always one.
@@ -73,14 +77,14 @@ struct virtual_memory_options {
 /// Thread-safe. Equal only to itself.
 class virtual_memory_resource final : public stream_ordered_resource {
  public:
-  /// Reserves the address range on `device`.
+  /// Reserves the first address range on `device`.
   /// \throws std::invalid_argument for a bad ordinal or a `reserve_bytes`
   ///   below the granularity; cuda_error where no device exists, where the
   ///   device has no virtual memory management, or where the reservation is refused.
   explicit virtual_memory_resource(int device, virtual_memory_options options = {});
   /// Waits for the pending frees' events, synchronizes the device where frees
   /// on captured streams are held (as `release()`), unmaps everything and
-  /// frees the reservation. Memory still allocated from it is unmapped too:
+  /// frees the reserved ranges. Memory still allocated from it is unmapped too:
   /// destroy it only once nothing uses its memory. Never throws.
   ~virtual_memory_resource() override;
 
@@ -100,7 +104,8 @@ class virtual_memory_resource final : public stream_ordered_resource {
   [[nodiscard]] std::size_t reserved_address_bytes() const noexcept {
     return reserved_bytes_.load(std::memory_order_relaxed);
   }
-  /// How many address ranges are reserved (more than 1 only with the default `reserve_bytes`).
+  /// How many address ranges are reserved now (more than 1 only with the
+  /// default `reserve_bytes`, while something is mapped in an added range).
   [[nodiscard]] std::size_t address_reservations() const;
   /// The allocation granularity (recommended) every allocation is rounded to.
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
@@ -166,10 +171,16 @@ class virtual_memory_resource final : public stream_ordered_resource {
   void unmap_pending(bool wait);
   /// Unmaps `freed` (ranges already out of every list) and gives their addresses back.
   void unmap(std::vector<freed_range>& freed) noexcept;
-  /// `bytes` of address space aligned to `alignment` once every reserved
-  /// range is too fragmented for them: from a new range where the reservation
-  /// grows, else out_of_memory naming the request and the range. With mutex_ held.
-  [[nodiscard]] std::uintptr_t take_from_another_range(std::size_t bytes, std::size_t alignment, std::size_t requested);
+  /// `bytes` of address space aligned to `alignment` from a range reserved
+  /// now, as large as the first: where what is live leaves no free range that
+  /// fits. None where the driver has no address space left. With mutex_ held.
+  /// \throws cuda_error for another refusal of the reservation.
+  [[nodiscard]] std::optional<std::uintptr_t> take_from_another_range(std::size_t bytes, std::size_t alignment);
+  /// Frees the ranges added since construction that nothing is mapped in. With mutex_ held.
+  void free_empty_ranges() noexcept;
+  /// Throws out_of_memory for `requested` bytes, whose `bytes` of address
+  /// space no reserved range fits, naming the ranges. With mutex_ held.
+  [[noreturn]] void refuse_address_space(std::size_t bytes, std::size_t alignment, std::size_t requested) const;
 
   stream bound_stream_;
   std::size_t granularity_ = 0;

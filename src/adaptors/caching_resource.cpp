@@ -297,7 +297,8 @@ void caching_resource::do_report(resource_state& state) const {
   state.cached_bytes = cache_.bytes();
   // Live: the cached blocks' bytes handed out (whole size classes) and what went upstream uncached.
   const std::size_t held = cache_.held_bytes();
-  state.used_bytes = held - std::min(held, *state.cached_bytes) + passed_live_.load(std::memory_order_relaxed);
+  const std::int64_t passed = std::max<std::int64_t>(0, passed_live_.load(std::memory_order_relaxed));
+  state.used_bytes = held - std::min(held, *state.cached_bytes) + static_cast<std::size_t>(passed);
   state.releasable_bytes = state.cached_bytes;
   for (const auto& [stream, bytes] : cache_.bytes_by_stream())
     state.cached_bytes_by_stream.push_back({stream_ref(stream), bytes});

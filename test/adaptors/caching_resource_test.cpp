@@ -297,8 +297,10 @@ TEST(CachingResource, CaptureGoesUpstreamNotIntoTheCache) {
   EXPECT_LT(upstream.used_bytes(), used) << "a block freed during capture went into the cache";
   EXPECT_EQ(cache.statistics().cached_blocks, 1u);
   ordering.captured.clear();
+  EXPECT_EQ(cache.state().used_bytes, 0u) << "the block freed during capture is live no more";
   EXPECT_EQ(cache.allocate_async(4096, fake_stream(1)), cached);
   cache.deallocate_async(cached, 4096, fake_stream(1));
+  EXPECT_EQ(cache.state().used_bytes, 0u);
 }
 
 TEST(CachingResource, ABlockAllocatedDuringCaptureGoesUpstreamAtItsFreeAfterTheCapture) {
@@ -311,10 +313,12 @@ TEST(CachingResource, ABlockAllocatedDuringCaptureGoesUpstreamAtItsFreeAfterTheC
   void* freed_in_order = cache.allocate_async(1000, fake_stream(1));
   void* freed_through_pmr = cache.allocate_async(1000, fake_stream(1));
   EXPECT_EQ(upstream.used_bytes(), 2048u) << "whole size classes, as on any miss";
+  EXPECT_EQ(cache.state().used_bytes, 2048u) << "a graph's blocks are live as their classes";
   ordering.captured.clear();
   cache.deallocate_async(freed_in_order, 1000, fake_stream(1));
   cache.deallocate(freed_through_pmr, 1000);
   EXPECT_EQ(upstream.used_bytes(), 0u);
+  EXPECT_EQ(cache.state().used_bytes, 0u);
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
 }
 
@@ -329,7 +333,9 @@ TEST(CachingResource, AMissThatWouldGrowTheUpstreamTakesACachedBlockUpToTwiceIts
   EXPECT_EQ(upstream.used_bytes(), held);
   EXPECT_EQ(cache.statistics().hits, 1u);
   EXPECT_EQ(cache.statistics().misses, 1u);
+  EXPECT_EQ(cache.state().used_bytes, 3 * mebibyte) << "live as the larger class it came from";
   cache.deallocate_async(smaller, 2 * mebibyte + 1, fake_stream(1));
+  EXPECT_EQ(cache.state().used_bytes, 0u);
   // Freed, the block is back in its own class, and leaves with its own size.
   void* again = cache.allocate_async(3 * mebibyte, fake_stream(1));
   EXPECT_EQ(again, large);
@@ -356,6 +362,7 @@ TEST(CachingResource, AMissWithinWhatTheUpstreamHeldBeforeTakesABlockOfItsClass)
   cache.deallocate_async(first, 3 * mebibyte, fake_stream(1));
   cache.deallocate_async(second, 3 * mebibyte, fake_stream(1));  // past the budget: upstream
   ASSERT_EQ(cache.statistics().cached_blocks, 1u);
+  EXPECT_EQ(cache.state().used_bytes, 0u) << "a refused free is live no more either";
   void* smaller = cache.allocate_async(2 * mebibyte + 1, fake_stream(1));
   EXPECT_EQ(cache.statistics().hits, 0u) << "the 3 MiB block served a 2.5 MiB class";
   EXPECT_EQ(cache.statistics().misses, 3u);

@@ -211,6 +211,9 @@ class caching_resource final : public resource_adaptor {
   /// Hands back the whole cache on `stream` (after every device is idle where
   /// other streams' blocks are held), then trims the upstream.
   void do_trim(stream_ref stream) override;
+  /// Used: what is live through the cache, its blocks as whole size classes
+  /// and what it passed upstream uncached (too large, over-aligned, captured)
+  /// as asked; cached: its free blocks.
   void do_report(resource_state& state) const override;
   void free_upstream(const std::vector<detail::evicted_block>& blocks) noexcept;
   /// After a free the cache kept: frees upstream, on `stream`, what it holds beyond what is live.
@@ -224,14 +227,20 @@ class caching_resource final : public resource_adaptor {
 
   /// Counts `bytes` of an allocation passed upstream uncached (too large,
   /// over-aligned, captured) in or out of what the report calls used.
-  void note_passed(std::size_t bytes) noexcept { passed_live_.fetch_add(bytes, std::memory_order_relaxed); }
-  void note_passed_back(std::size_t bytes) noexcept { passed_live_.fetch_sub(bytes, std::memory_order_relaxed); }
+  void note_passed(std::size_t bytes) noexcept {
+    passed_live_.fetch_add(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  }
+  void note_passed_back(std::size_t bytes) noexcept {
+    passed_live_.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  }
 
   caching_options options_;
   detail::stream_ordering& ordering_;
   detail::block_cache cache_;
   std::size_t device_memory_bytes_;  // past it, out-of-memory needs no trim
-  std::atomic<std::size_t> passed_live_{0};  // live bytes passed upstream uncached (note_passed)
+  // Live bytes passed upstream uncached (note_passed); signed, so that a
+  // wrong free of a large block (whose size no one checks here) cannot wrap it.
+  std::atomic<std::int64_t> passed_live_{0};
 };
 
 /// The process's pinned resource for std::pmr containers and other host-side

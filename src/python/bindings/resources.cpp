@@ -163,7 +163,6 @@ void bind_coalescing_statistics(nb::module_& module) {
       });
 }
 
-/// A resource's state() as a dict, None where it does not know.
 /// One of tracking_adaptor::outstanding()'s records, keyed as a history's events are.
 nb::dict record_dict(const allocation_record& record) {
   nb::dict result;
@@ -177,6 +176,7 @@ nb::dict record_dict(const allocation_record& record) {
   return result;
 }
 
+/// A resource's state() as a dict, None where it does not know.
 nb::dict state_dict(const stream_ordered_resource& self) {
   resource_state state;
   {

@@ -67,6 +67,14 @@ struct count {
   return frames;
 }
 
+/// `to_dict` of each of `items`, in order, as a Python list.
+template <class Items, class ToDict>
+[[nodiscard]] nanobind::list dicts_of(const Items& items, ToDict to_dict) {
+  nanobind::list result;
+  for (const auto& item : items) result.append(to_dict(item));
+  return result;
+}
+
 /// The memory of a Buffer and a reference to the Python object of its
 /// resource, shared by the Buffer and each DLPack export of it: the last of
 /// them to let go frees the memory in stream order on `memory`'s stream, from

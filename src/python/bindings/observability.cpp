@@ -147,11 +147,7 @@ void bind_observability(nb::module_& module) {
           "some microseconds an allocation.")
       .def(
           "events",
-          [](const history_adaptor& self) {
-            nb::list result;
-            for (const history_event& event : self.events()) result.append(event_dict(event));
-            return result;
-          },
+          [](const history_adaptor& self) { return dicts_of(self.events(), event_dict); },
           "The events kept, oldest first, each a dict with the names of a snapshot's events: action, sequence, "
           "time_ns (steady clock), thread (cudapmr's number of the thread, from 1), address, bytes, alignment, "
           "stream, call_stack (return addresses, innermost first; the first are the module's own) and "
@@ -167,11 +163,7 @@ void bind_observability(nb::module_& module) {
           "name"_a, "Marks the end of the region `name`.")
       .def(
           "annotations",
-          [](const history_adaptor& self) {
-            nb::list result;
-            for (const history_annotation& annotation : self.annotations()) result.append(annotation_dict(annotation));
-            return result;
-          },
+          [](const history_adaptor& self) { return dicts_of(self.annotations(), annotation_dict); },
           "The region marks kept, oldest first, each a dict: name, stage (\"begin\" or \"end\"), time_ns, thread.");
 
   module.def("_export_snapshot", &export_snapshot, "resources"_a, "format"_a,

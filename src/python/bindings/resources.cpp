@@ -642,11 +642,7 @@ void bind_adaptors(nb::module_& module) {
           "deallocate_raw that raises MisuseError for a bad free (which then frees nothing).")
       .def(
           "outstanding",
-          [](const tracking_adaptor& self) {
-            nb::list records;
-            for (const allocation_record& record : self.outstanding()) records.append(record_dict(record));
-            return records;
-          },
+          [](const tracking_adaptor& self) { return dicts_of(self.outstanding(), record_dict); },
           "The outstanding allocations, oldest first: dicts with address, bytes, alignment, stream, thread, "
           "sequence and call_stack (return addresses, innermost first; empty unless captured).")
       .def_prop_ro("outstanding_count", &tracking_adaptor::outstanding_count)

@@ -17,11 +17,18 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 namespace cudapmr {
 namespace {
+
+/// Why a managed pool with no preferred location never gives pages back: seen
+/// on H100s with driver 580.159 (CUDA 13.0), in the driver's own calls alone.
+constexpr const char* managed_pages_kept_reason =
+    "memory such a pool hands out again after releasing its pages reads as zeros on the host, and a prefetch loses "
+    "what the device wrote (CUDA 13.0); set preferred_device for a pool that gives pages back";
 
 /// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
 constexpr std::size_t pool_alignment = 256;
@@ -150,10 +157,18 @@ int validated(int device) {
   return device;
 }
 
-const std::optional<int>& validated_preference(const std::optional<int>& preferred_device) {
-  if (preferred_device) detail::validate_device_ordinal(*preferred_device);
+/// The preferred device of valid options. \throws std::invalid_argument for a
+/// release threshold a pool with no preferred location cannot honour (before
+/// any CUDA call), or a device out of range.
+const std::optional<int>& validated_preference(const managed_pool_options& options) {
+  if (!options.preferred_device && options.release_threshold != keep_all_memory)
+    throw std::invalid_argument(fmt::format(
+        "managed_pool_options: a release_threshold of {} bytes needs a preferred_device: a pool with no preferred "
+        "location keeps its pages ({})",
+        options.release_threshold, managed_pages_kept_reason));
+  if (options.preferred_device) detail::validate_device_ordinal(*options.preferred_device);
   else detail::validate_device_ordinal(0);
-  return preferred_device;
+  return options.preferred_device;
 }
 
 }  // namespace
@@ -232,6 +247,7 @@ void pool_resource::reset_peaks() {
 
 void pool_resource::trim_to(std::size_t bytes_to_keep) {
   bound_stream_.synchronize();  // the pmr path's frees must land before the trim
+  if (!gives_memory_back_) return;
   CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
 }
 
@@ -241,7 +257,8 @@ void pool_resource::do_report(resource_state& state) const {
   state.peak_used_bytes = counters.used_high;
   state.reserved_bytes = counters.reserved_current;
   state.peak_reserved_bytes = counters.reserved_high;
-  state.releasable_bytes = counters.reserved_current - std::min(counters.reserved_current, counters.used_current);
+  state.releasable_bytes =
+      gives_memory_back_ ? counters.reserved_current - std::min(counters.reserved_current, counters.used_current) : 0;
   state.numa_node = host_numa_node_;
   state.note = placement_note_;
 }
@@ -256,6 +273,10 @@ std::size_t pool_resource::release_threshold() const {
 }
 
 void pool_resource::set_release_threshold(std::size_t bytes) {
+  if (!gives_memory_back_ && bytes != keep_all_memory)
+    throw std::invalid_argument(fmt::format("{}: a release threshold of {} bytes would give pages back, and this pool "
+                                            "keeps them: {}",
+                                            description(), bytes, managed_pages_kept_reason));
   set_pool_attribute(pool(), cudaMemPoolAttrReleaseThreshold, bytes);
 }
 
@@ -344,15 +365,18 @@ pinned_memory_resource::pinned_memory_resource(const pinned_pool_options& option
 managed_memory_resource::managed_memory_resource()
     : pool_resource(memory_kind::managed, -1, default_pool(managed_location(std::nullopt), cudaMemAllocationTypeManaged),
                     "managed_memory_resource", current_device_ordinal()) {
+  keep_every_page();
   configure(0, keep_all_memory);
 }
 
+// Braces: the options are checked, before any CUDA call, ahead of the other arguments.
 managed_memory_resource::managed_memory_resource(const managed_pool_options& options)
-    : pool_resource(memory_kind::managed, options.preferred_device.value_or(-1),
-                    create_pool(managed_location(validated_preference(options.preferred_device)), cudaMemAllocationTypeManaged, 0,
+    : pool_resource{memory_kind::managed, validated_preference(options).value_or(-1),
+                    create_pool(managed_location(options.preferred_device), cudaMemAllocationTypeManaged, 0,
                                 cudaMemHandleTypeNone),
                     "managed_memory_resource",
-                    options.preferred_device ? *options.preferred_device : current_device_ordinal()) {
+                    options.preferred_device ? *options.preferred_device : current_device_ordinal()} {
+  if (!options.preferred_device) keep_every_page();
   configure(options.initial_size, options.release_threshold);
 }
 

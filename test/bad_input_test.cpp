@@ -418,6 +418,14 @@ const std::vector<bad_input>& table() {
                    });
                  },
                  [](const target&) { return bad_ordinal(device::count()); }});
+    r.push_back({"ManagedReleaseThresholdWithNoPreferredDevice", scope::standalone,
+                 [](target&) {
+                   return attempt([] { managed_memory_resource resource(managed_pool_options{.release_threshold = 0}); });
+                 },
+                 [](const target&) {
+                   return expectation{outcome::invalid_argument,
+                                      {"release_threshold of 0 bytes", "needs a preferred_device"}};
+                 }});
     r.push_back({"CurrentDeviceResourcePastTheCount", scope::standalone,
                  [](target&) { return attempt([] { static_cast<void>(current_device_resource(device::count())); }); },
                  [](const target&) { return bad_ordinal(device::count()); }});

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <memory_resource>
 #include <string>
 #include <vector>
@@ -60,6 +63,56 @@ TEST_F(PoolResource, TrimToReturnsUnusedMemoryToTheSystem) {
   ASSERT_GE(resource.stats().reserved_current, 64 * mebibyte);
   resource.trim_to(0);
   EXPECT_EQ(resource.stats().reserved_current, 0u);
+}
+
+// With CUDA 13.0 (driver 580.159), a managed pool with no preferred location
+// that released pages handed the same addresses out again with contents the
+// host did not see: 61,440 of 65,536 bytes read 0, and a prefetch to the host
+// lost the device's writes for the copy engine too. Such pools keep their pages.
+TEST_F(PoolResource, ManagedMemoryTakenAgainAfterATrimReadsWhatTheDeviceWrote) {
+  managed_memory_resource default_pool;
+  managed_memory_resource owned(managed_pool_options{});
+  managed_memory_resource preferring(managed_pool_options{.preferred_device = 0});
+  EXPECT_FALSE(default_pool.gives_memory_back());
+  EXPECT_FALSE(owned.gives_memory_back());
+  EXPECT_TRUE(preferring.gives_memory_back());
+  const cudapmr::stream stream(0);
+  constexpr std::size_t bytes = 64 << 10;
+  for (managed_memory_resource* managed : {&default_pool, &owned, &preferring}) {
+    for (const bool prefetch : {false, true}) {
+      SCOPED_TRACE(managed->description() + (prefetch ? ", prefetched to the host" : ", read where it is"));
+      void* old = managed->allocate_async(bytes, stream);
+      ASSERT_EQ(cudaMemsetAsync(old, 9, bytes, stream.get()), cudaSuccess);
+      managed->deallocate_async(old, bytes, stream);
+      managed->trim(stream);
+      if (!managed->gives_memory_back()) {
+        EXPECT_GE(managed->stats().reserved_current, bytes) << "a pool that keeps its pages released some";
+      }
+      void* kept = managed->allocate_async(4096, stream);  // the next block starts inside the old one
+      auto* taken = static_cast<unsigned char*>(managed->allocate_async(bytes, stream));
+      ASSERT_EQ(cudaMemsetAsync(taken, 2, bytes, stream.get()), cudaSuccess);
+      if (prefetch) managed->prefetch_to_host(taken, bytes, stream);
+      stream.synchronize();
+      EXPECT_EQ(static_cast<std::size_t>(std::count(taken, taken + bytes, 2)), bytes);
+      managed->deallocate_async(taken, bytes, stream);
+      managed->deallocate_async(kept, 4096, stream);
+      stream.synchronize();
+    }
+  }
+}
+
+TEST_F(PoolResource, ManagedPoolsThatKeepTheirPagesRefuseAReleaseThreshold) {
+  managed_memory_resource default_pool;
+  try {
+    default_pool.set_release_threshold(0);
+    ADD_FAILURE() << "a release threshold of 0 accepted on the default managed pool";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("release threshold of 0 bytes"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(default_pool.release_threshold(), keep_all_memory);
+  EXPECT_EQ(default_pool.state().releasable_bytes, std::optional<std::size_t>(0));
+  managed_memory_resource preferring(managed_pool_options{.release_threshold = 0, .preferred_device = 0});
+  EXPECT_EQ(preferring.release_threshold(), 0u);
 }
 
 TEST_F(PoolResource, MaxSizeCapsDeviceAndPinnedPools) {

@@ -15,6 +15,8 @@ namespace cudapmr {
 /// managed pools no maximum size.
 struct managed_pool_options {
   std::size_t initial_size = 0;
+  /// Anything but `keep_all_memory` needs a `preferred_device`: a pool with no
+  /// preferred location keeps its pages (`pool_resource::gives_memory_back`).
   std::size_t release_threshold = keep_all_memory;
   /// The device whose memory the pages prefer; none lets the driver decide.
   std::optional<int> preferred_device;
@@ -26,10 +28,14 @@ struct managed_pool_options {
 /// adaptors/caching_resource.hpp, is a cache over the default pool).
 class managed_memory_resource final : public pool_resource {
  public:
-  /// Uses the driver's default managed pool (no preferred location).
-  /// \throws cuda_error where no device exists.
+  /// Uses the driver's default managed pool (no preferred location), and
+  /// sets its release threshold to `keep_all_memory`: it keeps its pages
+  /// (`gives_memory_back()` is false). \throws cuda_error where no device exists.
   managed_memory_resource();
   /// Creates and owns a new managed pool.
+  /// \throws std::invalid_argument for a release threshold other than
+  ///   `keep_all_memory` with no preferred device (before any CUDA call), or a
+  ///   preferred device out of range; cuda_error where no device exists.
   explicit managed_memory_resource(const managed_pool_options& options);
 
   /// Migrates the managed range [p, p + bytes) to `device`'s memory in stream

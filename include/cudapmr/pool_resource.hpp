@@ -90,12 +90,22 @@ class pool_resource : public stream_ordered_resource {
   void reset_peaks();
   /// Waits for the bound stream (frees queued there must land), then releases
   /// unused pool memory to the system until at most `bytes_to_keep` bytes stay
-  /// reserved. Blocks a cache above holds are in use here: `release()` it
-  /// first. \throws cuda_error.
+  /// reserved; a pool that keeps its pages (`gives_memory_back()` false)
+  /// releases nothing. Blocks a cache above holds are in use here: `release()`
+  /// it first. \throws cuda_error.
   void trim_to(std::size_t bytes_to_keep);
   /// Reserved memory above this is released at the next synchronization.
   [[nodiscard]] std::size_t release_threshold() const;
+  /// \throws std::invalid_argument for anything but `keep_all_memory` on a
+  ///   pool that keeps its pages; cuda_error.
   void set_release_threshold(std::size_t bytes);
+  /// False for a managed pool with no preferred location (the driver's
+  /// default managed pool among them): with CUDA 13.0 (driver 580), memory
+  /// such a pool hands out again after it released the pages reads as zeros
+  /// on the host, and is lost to a prefetch, whatever the device wrote. Such
+  /// a pool keeps every page it took: trims release nothing and the release
+  /// threshold stays `keep_all_memory`.
+  [[nodiscard]] bool gives_memory_back() const noexcept { return gives_memory_back_; }
 
   [[nodiscard]] std::string description() const final;
 
@@ -118,6 +128,8 @@ class pool_resource : public stream_ordered_resource {
   /// Sets the release threshold, then reserves `initial_size` bytes by
   /// allocating and freeing them on the bound stream.
   void configure(std::size_t initial_size, std::size_t release_threshold);
+  /// For a pool that must keep every page it took (see `gives_memory_back`).
+  void keep_every_page() noexcept { gives_memory_back_ = false; }
 
  private:
   [[nodiscard]] stream_ref do_bound_stream() const noexcept final { return bound_stream_.ref(); }
@@ -139,6 +151,7 @@ class pool_resource : public stream_ordered_resource {
   std::shared_ptr<detail::over_aligned_map> over_aligned_;
   std::optional<int> host_numa_node_;
   std::string placement_note_;
+  bool gives_memory_back_ = true;
 };
 
 }  // namespace cudapmr

@@ -136,6 +136,31 @@ def test_default_pinned_and_managed_resources_are_caches_over_the_default_pools(
         assert cache.statistics().hits >= before + 2
 
 
+def test_managed_memory_taken_again_after_a_refused_request_reads_what_the_device_wrote():
+    # The default managed cache trims its pool before it refuses a request. With CUDA 13.0 a managed
+    # pool with no preferred location that released pages then handed them out again reading zeros.
+    np = needs("numpy")
+    cache = cudapmr.StatisticsAdaptor(cudapmr.default_managed_resource())
+    with cache.allocate(1 << 16) as old:
+        old.fill(9)
+    with pytest.raises(cudapmr.OutOfMemoryError):
+        cache.allocate_raw(2**64 - 255, alignment=256)
+    managed = cudapmr.ManagedMemoryResource()
+    assert not managed.gives_memory_back
+    with managed.allocate(4096) as kept, managed.allocate(1 << 16) as taken:
+        kept.fill(1)
+        taken.fill(2)
+        taken.prefetch_to_host()
+        cudapmr.synchronize_device(0)
+        assert int((np.from_dlpack(taken) != 2).sum()) == 0
+    with pytest.raises(ValueError, match="release threshold of 0 bytes"):
+        managed.release_threshold = 0
+    preferring = cudapmr.ManagedMemoryResource(cudapmr.ManagedMemoryResourceOptions(preferred_device=0))
+    assert preferring.gives_memory_back
+    preferring.release_threshold = 0
+    assert preferring.release_threshold == 0
+
+
 def test_dlpack_devices_of_each_kind(stream):
     cases = [(cudapmr.DeviceMemoryResource(0), (2, 0)), (cudapmr.PinnedMemoryResource(), (3, 0)),
              (cudapmr.ManagedMemoryResource(), (13, 0))]

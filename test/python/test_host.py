@@ -611,6 +611,14 @@ def test_negative_and_too_large_counts_are_value_errors_naming_the_argument(host
     assert host.used_bytes == 0
 
 
+def test_a_managed_pool_with_no_preferred_device_refuses_a_release_threshold():
+    # Checked before CUDA is asked anything: such a pool keeps its pages (CUDA 13.0 lost what the
+    # device wrote to memory it handed out again after releasing pages).
+    options = cudapmr.ManagedMemoryResourceOptions(release_threshold=0)
+    with pytest.raises(ValueError, match="release_threshold of 0 bytes needs a preferred_device"):
+        cudapmr.ManagedMemoryResource(options)
+
+
 def test_counts_take_other_integer_types_and_refuse_what_is_no_integer():
     np = needs("numpy")
     assert cudapmr.HostMemoryResource(np.int64(4096)).capacity == 4096

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 namespace cudapmr {
@@ -197,7 +198,9 @@ out_of_memory_report explain_out_of_memory(const stream_ordered_resource& top, s
       headroom = *state.largest_free_block;
     }
     if (state.cached_bytes) report.reclaimable_bytes += *state.cached_bytes;
-    if (state.reserved_bytes && state.used_bytes && *state.reserved_bytes > *state.used_bytes)
+    // Reserved and unused, unless a trim gives none of it back (a managed pool that keeps its pages).
+    const bool trim_gives_nothing = state.releasable_bytes == std::optional<std::size_t>(0);
+    if (state.reserved_bytes && state.used_bytes && *state.reserved_bytes > *state.used_bytes && !trim_gives_nothing)
       report.reclaimable_bytes += *state.reserved_bytes - *state.used_bytes;
   }
   report.trimming_would_make_room = !report.refused_by_cap && report.reclaimable_bytes + headroom >= bytes;

@@ -100,11 +100,12 @@ class pool_resource : public stream_ordered_resource {
   ///   pool that keeps its pages; cuda_error.
   void set_release_threshold(std::size_t bytes);
   /// False for a managed pool with no preferred location (the driver's
-  /// default managed pool among them): with CUDA 13.0 (driver 580), memory
-  /// such a pool hands out again after it released the pages reads as zeros
-  /// on the host, and is lost to a prefetch, whatever the device wrote. Such
-  /// a pool keeps every page it took: trims release nothing and the release
-  /// threshold stays `keep_all_memory`.
+  /// default managed pool among them), which keeps every page it took: trims
+  /// release nothing and the release threshold stays `keep_all_memory`. With
+  /// driver 580.159 on an H100, memory such a pool handed out again after it
+  /// released pages read as zeros on the host, and a prefetch to the host
+  /// lost what the device wrote. Code outside cudapmr may still trim the
+  /// process's default managed pool.
   [[nodiscard]] bool gives_memory_back() const noexcept { return gives_memory_back_; }
 
   [[nodiscard]] std::string description() const final;

@@ -273,7 +273,8 @@ void bind_base(nb::module_& module) {
           },
           "stream"_a.none() = nb::none(),
           "Gives back to the system what the stack holds and hands out to no one (caches, free segments, a pool's "
-          "reserve), after the frees queued on `stream`. May wait for the device.")
+          "reserve, except a managed pool's that keeps its pages), after the frees queued on `stream`. May wait for "
+          "the device.")
       .def("__repr__",
            [](const stream_ordered_resource& self) { return "<cudapmr " + self.description() + ">"; });
 }

@@ -198,10 +198,11 @@ out_of_memory_report explain_out_of_memory(const stream_ordered_resource& top, s
       headroom = *state.largest_free_block;
     }
     if (state.cached_bytes) report.reclaimable_bytes += *state.cached_bytes;
-    // Reserved and unused, unless a trim gives none of it back (a managed pool that keeps its pages).
-    const bool trim_gives_nothing = state.releasable_bytes == std::optional<std::size_t>(0);
-    if (state.reserved_bytes && state.used_bytes && *state.reserved_bytes > *state.used_bytes && !trim_gives_nothing)
-      report.reclaimable_bytes += *state.reserved_bytes - *state.used_bytes;
+    // Reserved and unused, no more than the layer says a trim gives back
+    // (nothing, for a managed pool that keeps its pages).
+    if (state.reserved_bytes && state.used_bytes && *state.reserved_bytes > *state.used_bytes)
+      report.reclaimable_bytes += std::min(*state.reserved_bytes - *state.used_bytes,
+                                           state.releasable_bytes.value_or(std::numeric_limits<std::size_t>::max()));
   }
   report.trimming_would_make_room = !report.refused_by_cap && report.reclaimable_bytes + headroom >= bytes;
   if ((top.kind() == memory_kind::device || top.kind() == memory_kind::managed) && top.device_id() >= 0)

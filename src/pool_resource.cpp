@@ -25,10 +25,10 @@ namespace cudapmr {
 namespace {
 
 /// Why a managed pool with no preferred location never gives pages back: seen
-/// on H100s with driver 580.159 (CUDA 13.0), in the driver's own calls alone.
+/// on an H100 with driver 580.159, in the driver's own calls alone.
 constexpr const char* managed_pages_kept_reason =
-    "memory such a pool hands out again after releasing its pages reads as zeros on the host, and a prefetch loses "
-    "what the device wrote (CUDA 13.0); set preferred_device for a pool that gives pages back";
+    "memory such a pool handed out again after releasing its pages read as zeros on the host, and a prefetch lost "
+    "what the device wrote (driver 580.159); set preferred_device for a pool that gives pages back";
 
 /// What `cudaMallocFromPoolAsync` guarantees (and CUDA documents) for every pointer.
 constexpr std::size_t pool_alignment = 256;
@@ -247,7 +247,7 @@ void pool_resource::reset_peaks() {
 
 void pool_resource::trim_to(std::size_t bytes_to_keep) {
   bound_stream_.synchronize();  // the pmr path's frees must land before the trim
-  if (!gives_memory_back_) return;
+  if (!gives_memory_back()) return;
   CUDAPMR_CHECK(cudaMemPoolTrimTo(pool(), bytes_to_keep));
 }
 
@@ -258,7 +258,7 @@ void pool_resource::do_report(resource_state& state) const {
   state.reserved_bytes = counters.reserved_current;
   state.peak_reserved_bytes = counters.reserved_high;
   state.releasable_bytes =
-      gives_memory_back_ ? counters.reserved_current - std::min(counters.reserved_current, counters.used_current) : 0;
+      gives_memory_back() ? counters.reserved_current - std::min(counters.reserved_current, counters.used_current) : 0;
   state.numa_node = host_numa_node_;
   state.note = placement_note_;
 }
@@ -273,7 +273,7 @@ std::size_t pool_resource::release_threshold() const {
 }
 
 void pool_resource::set_release_threshold(std::size_t bytes) {
-  if (!gives_memory_back_ && bytes != keep_all_memory)
+  if (!gives_memory_back() && bytes != keep_all_memory)
     throw std::invalid_argument(fmt::format("{}: a release threshold of {} bytes would give pages back, and this pool "
                                             "keeps them: {}",
                                             description(), bytes, managed_pages_kept_reason));
@@ -365,7 +365,6 @@ pinned_memory_resource::pinned_memory_resource(const pinned_pool_options& option
 managed_memory_resource::managed_memory_resource()
     : pool_resource(memory_kind::managed, -1, default_pool(managed_location(std::nullopt), cudaMemAllocationTypeManaged),
                     "managed_memory_resource", current_device_ordinal()) {
-  keep_every_page();
   configure(0, keep_all_memory);
 }
 
@@ -376,7 +375,6 @@ managed_memory_resource::managed_memory_resource(const managed_pool_options& opt
                                 cudaMemHandleTypeNone),
                     "managed_memory_resource",
                     options.preferred_device ? *options.preferred_device : current_device_ordinal()} {
-  if (!options.preferred_device) keep_every_page();
   configure(options.initial_size, options.release_threshold);
 }
 

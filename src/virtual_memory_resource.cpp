@@ -377,11 +377,8 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     {
       const std::lock_guard lock(mutex_);
       taken = book_->try_take(bytes, alignment);
-    }
-    if (!taken && grows_) {  // too fragmented: more address space costs nothing, a wait for pending frees may
-      const std::lock_guard lock(mutex_);
-      taken = book_->try_take(bytes, alignment);
-      if (!taken) taken = take_from_another_range(bytes, alignment);
+      // Too fragmented: more address space costs nothing, a wait for pending frees may.
+      if (!taken && grows_) taken = take_from_another_range(bytes, alignment);
     }
     if (!taken) {  // the address ranges are full: pending frees hold part of them
       unmap_pending(true);

@@ -106,7 +106,9 @@ class pool_resource : public stream_ordered_resource {
   /// released pages read as zeros on the host, and a prefetch to the host
   /// lost what the device wrote. Code outside cudapmr may still trim the
   /// process's default managed pool.
-  [[nodiscard]] bool gives_memory_back() const noexcept { return gives_memory_back_; }
+  [[nodiscard]] bool gives_memory_back() const noexcept {
+    return kind() != memory_kind::managed || device_id() >= 0;  // a managed pool's device is the one it prefers
+  }
 
   [[nodiscard]] std::string description() const final;
 
@@ -129,8 +131,6 @@ class pool_resource : public stream_ordered_resource {
   /// Sets the release threshold, then reserves `initial_size` bytes by
   /// allocating and freeing them on the bound stream.
   void configure(std::size_t initial_size, std::size_t release_threshold);
-  /// For a pool that must keep every page it took (see `gives_memory_back`).
-  void keep_every_page() noexcept { gives_memory_back_ = false; }
 
  private:
   [[nodiscard]] stream_ref do_bound_stream() const noexcept final { return bound_stream_.ref(); }
@@ -152,7 +152,6 @@ class pool_resource : public stream_ordered_resource {
   std::shared_ptr<detail::over_aligned_map> over_aligned_;
   std::optional<int> host_numa_node_;
   std::string placement_note_;
-  bool gives_memory_back_ = true;
 };
 
 }  // namespace cudapmr

@@ -297,8 +297,8 @@ void bind_kinds(nb::module_& module) {
           "nbytes"_a, "Releases unused pool memory until at most `nbytes` stay reserved (none where the pool keeps "
                       "its pages).")
       .def_prop_ro("gives_memory_back", &pool_resource::gives_memory_back,
-                   "False for a managed pool with no preferred location, which keeps every page it took (with CUDA "
-                   "13.0, memory such a pool hands out again after releasing pages loses what the device wrote).")
+                   "False for a managed pool with no preferred location, which keeps every page it took (with driver "
+                   "580.159, memory such a pool handed out again after releasing pages lost what the device wrote).")
       .def_prop_rw("release_threshold", &pool_resource::release_threshold,
                    [](pool_resource& self, const count& bytes) {
                      self.set_release_threshold(bytes.get("PoolResource.release_threshold"));

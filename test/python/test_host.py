@@ -998,3 +998,57 @@ def test_pinned_options_refuse_a_numa_node_the_machine_lacks_before_any_cuda_cal
         cudapmr.PinnedMemoryResource(numa_node=9999)  # the option as a keyword
     with pytest.raises(ValueError, match="numa_node=0 and options.numa_node=9999 name different nodes"):
         cudapmr.PinnedMemoryResource(options, numa_node=0)
+
+
+class _ReachableHost(cudapmr.HostMemoryResource):
+    """Host memory that says it is device-accessible: a plug-in's checks pass without a GPU."""
+
+    is_device_accessible = True
+
+
+def _stand_in_torch(monkeypatch, *, makes_allocators):
+    """A torch whose CUDAPluggableAllocator is made (or refused) and whose
+    change_current_allocator refuses, as PyTorch's does once its allocator has allocated."""
+    import importlib
+    import sys
+    import types
+
+    class Pluggable:
+        def __init__(self, path, malloc_name, free_name):
+            if not makes_allocators:
+                raise RuntimeError("no pluggable allocator (stand-in)")
+
+        def allocator(self):
+            return object()
+
+    def change_current_allocator(allocator):
+        raise RuntimeError("Can't swap an already initialized allocator")
+
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(memory=types.SimpleNamespace(CUDAPluggableAllocator=Pluggable,
+                                                                    change_current_allocator=change_current_allocator))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.delitem(sys.modules, "cudapmr.torch", raising=False)
+    return importlib.import_module("cudapmr.torch")
+
+
+@pytest.mark.parametrize("refused_at", ["allocator", "install"])
+def test_a_refused_torch_allocator_leaves_the_devices_resource_as_it_was(monkeypatch, refused_at):
+    # A MemPool over an earlier allocator() draws from the device's registered resource: a refusal must not swap it.
+    from cudapmr import _cudapmr
+    from cudapmr._frameworks import _install_torch
+
+    plugin = _stand_in_torch(monkeypatch, makes_allocators=refused_at != "allocator")
+    device = 61  # a slot no GPU of this machine uses
+    first, second = _ReachableHost(), _ReachableHost()
+    _cudapmr._torch_set_resource(device, first)
+    try:
+        with pytest.raises(RuntimeError, match="stand-in" if refused_at == "allocator" else "already initialized"):
+            if refused_at == "allocator":
+                plugin.allocator(second, device_id=device)
+            else:
+                _install_torch(second, device)
+        assert _cudapmr._torch_resource(device) is first
+    finally:
+        _cudapmr._torch_set_resource(device, None)
+

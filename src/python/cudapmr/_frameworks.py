@@ -30,8 +30,15 @@ def _install_torch(resource, device_id):
 
     from . import torch as plugin
 
-    # PyTorch takes its allocator once, before its first CUDA allocation; it raises after that.
-    torch.cuda.memory.change_current_allocator(plugin.allocator(resource, device_id))
+    # PyTorch takes its allocator once, before its first CUDA allocation; it raises after that, and the
+    # device's registration (which a MemPool over an earlier allocator() draws from) is put back.
+    previous = _cudapmr._torch_resource(device_id)
+    pluggable = plugin.allocator(resource, device_id)
+    try:
+        torch.cuda.memory.change_current_allocator(pluggable)
+    except BaseException:
+        _cudapmr._torch_set_resource(device_id, previous)
+        raise
 
 
 def _install_numba(resource, _device_id):

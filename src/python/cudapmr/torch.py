@@ -103,9 +103,10 @@ def allocator(resource=None, device_id=None):
         raise ValueError(f"cudapmr.torch.allocator needs device-accessible memory; {resource.description} is not")
     if device_id is None:  # not torch.cuda.current_device(): that initializes PyTorch's allocator
         device_id = resource.device_id if resource.device_id >= 0 else _cudapmr.current_device()
-    _cudapmr._torch_set_resource(device_id, resource)
     pluggable = _torch.cuda.memory.CUDAPluggableAllocator(library_path(), MALLOC_NAME, FREE_NAME)
     _set_hooks(pluggable.allocator())
+    # Last: an allocator PyTorch refused to make leaves the device's registration as it was.
+    _cudapmr._torch_set_resource(device_id, resource)
     return pluggable
 
 

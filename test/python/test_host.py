@@ -1052,3 +1052,42 @@ def test_a_refused_torch_allocator_leaves_the_devices_resource_as_it_was(monkeyp
     finally:
         _cudapmr._torch_set_resource(device, None)
 
+
+def test_cupy_memory_keeps_the_stream_it_is_freed_on_alive(monkeypatch):
+    # CuPy destroys a Stream once it is collected; a free on its handle after that would use a dead stream.
+    import importlib
+    import sys
+    import types
+    import weakref
+
+    class Stream:
+        def __init__(self, handle):
+            self.ptr = handle
+
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id=-1):
+            self.ptr, self.owner = ptr, owner
+
+    class MemoryPointer:
+        def __init__(self, memory, offset):
+            self.mem = memory
+
+    current = [Stream(0)]
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: current[0], UnownedMemory=UnownedMemory,
+                                      MemoryPointer=MemoryPointer, runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.delitem(sys.modules, "cudapmr.cupy", raising=False)
+    plugin = importlib.import_module("cudapmr.cupy")
+    allocate = plugin.allocator(_ReachableHost())
+
+    current[0] = Stream(0x1234)
+    memory = allocate(4096)
+    stream = weakref.ref(current[0])
+    current[0] = Stream(0)
+    gc.collect()
+    assert stream() is not None, "the stream the block is freed on was collected while the block is live"
+    del memory
+    gc.collect()
+    assert stream() is None, "the block's free kept its stream alive for good"
+

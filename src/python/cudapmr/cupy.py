@@ -20,14 +20,16 @@ __all__ = ["allocator", "pinned_allocator"]
 class _Allocation:
     """Memory CuPy holds: freed on its stream when the last reference goes."""
 
-    __slots__ = ("ptr", "size", "device_id", "_stream", "_deallocate")
+    __slots__ = ("ptr", "size", "device_id", "_stream", "_stream_owner", "_deallocate")
 
-    def __init__(self, resource, size, stream):
+    def __init__(self, resource, size, stream, stream_owner=None):
         self.ptr = 0  # what __del__ sees if the allocation raises
         self.ptr = resource.allocate_raw(size, stream)
         self.size = size
         self.device_id = resource.device_id
         self._stream = stream
+        # CuPy destroys a Stream once it is collected: the free's stream is kept alive until the free.
+        self._stream_owner = stream_owner
         self._deallocate = resource.deallocate_raw
 
     def __del__(self):
@@ -56,7 +58,8 @@ def allocator(resource=None):
 
     def allocate(nbytes):
         device = resource.device_id if resource.device_id >= 0 else _cupy.cuda.runtime.getDevice()
-        allocation = _Allocation(resource, nbytes, get_stream().ptr)
+        stream = get_stream()
+        allocation = _Allocation(resource, nbytes, stream.ptr, stream)
         return pointer(unowned(allocation.ptr, nbytes, allocation, device), 0)
 
     allocate.resource = resource

@@ -1091,3 +1091,38 @@ def test_cupy_memory_keeps_the_stream_it_is_freed_on_alive(monkeypatch):
     gc.collect()
     assert stream() is None, "the block's free kept its stream alive for good"
 
+
+def test_numba_refuses_device_memory_of_another_device_for_a_context(monkeypatch):
+    # Numba makes one manager per context: device 0's memory in device 1's kernels is an illegal address.
+    import importlib
+    import sys
+    import types
+
+    class HostOnlyCUDAMemoryManager:
+        def __init__(self, *args, **kwargs):
+            self.context = kwargs["context"]
+
+    driver = types.ModuleType("numba.cuda.cudadrv.driver")
+    driver.HostOnlyCUDAMemoryManager = HostOnlyCUDAMemoryManager
+    driver.MemoryInfo = driver.MemoryPointer = object
+    for name in ("numba", "numba.cuda", "numba.cuda.cudadrv"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv.driver", driver)
+    monkeypatch.delitem(sys.modules, "cudapmr.numba", raising=False)
+    plugin = importlib.import_module("cudapmr.numba")
+
+    class DeviceZero(_ReachableHost):
+        kind = "device"
+        device_id = 0
+        description = "device memory of device 0 (stand-in)"
+
+    def context_on(device):
+        return types.SimpleNamespace(device=types.SimpleNamespace(id=device))
+
+    manager = plugin.memory_manager(DeviceZero())
+    manager(context=context_on(0)).initialize()
+    with pytest.raises(ValueError, match="device memory of device 0 .* holds memory of device 0, and Numba's "
+                                         "context is on device 1"):
+        manager(context=context_on(1)).initialize()
+    managed = _ReachableHost()  # kind "pageable" here: memory any device may serve is not refused
+    plugin.memory_manager(managed)(context=context_on(1)).initialize()

@@ -66,7 +66,12 @@ def memory_manager(resource=None):
             return self._resource
 
         def initialize(self):
-            self.resource  # noqa: B018 - binds the default stack of the context's device once
+            resource = self.resource  # binds the default stack of the context's device once
+            device = self.context.device.id
+            # Device memory serves its own device's kernels only (managed and pinned memory serve every device).
+            if resource.kind == "device" and resource.device_id != device:
+                raise ValueError(f"cudapmr.numba.memory_manager: {resource.description} holds memory of device "
+                                 f"{resource.device_id}, and Numba's context is on device {device}")
 
         def memalloc(self, size):
             resource = self.resource

@@ -326,7 +326,7 @@ def test_torch_pluggable_allocator_with_mem_pool():
 
 
 @pytest.mark.parametrize("scenario", [
-    "record_stream", "empty_cache", "memory_fraction", "out_of_memory", "statistics", "snapshot", "capture"])
+    "record_stream", "free_with_another_device_current", "empty_cache", "memory_fraction", "out_of_memory", "statistics", "snapshot", "capture"])
 def test_torch_current_allocator(scenario):
     needs("torch")
     run_child("torch_routes.py", scenario)

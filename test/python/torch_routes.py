@@ -91,6 +91,30 @@ def record_stream():
     assert plugin.last_error() == ""
 
 
+def free_with_another_device_current():
+    """PyTorch frees with no device guard, on handle 0 for its default stream:
+    a cuda:0 tensor dropped while device 1 is current is freed after device
+    0's work, so a tensor made at once on another stream of device 0 does not
+    overwrite it while device 0's default stream still reads it."""
+    if import_torch().cuda.device_count() < 2:
+        print("needs two GPUs")
+        sys.exit(UNAVAILABLE)
+    torch, plugin = install()
+    count = 16 * MIB // 4
+    side = torch.cuda.Stream(device=0)
+    source = torch.ones(count, device="cuda:0")
+    torch.cuda._sleep(200_000_000)  # device 0's default stream reads the block long after the free
+    doubled = source * 2
+    with torch.cuda.device(1):
+        del source
+    with torch.cuda.stream(side):
+        overwriting = torch.full((count,), 7.0, device="cuda:0")
+    torch.cuda.synchronize(0)
+    assert bool((doubled == 2).all()), "a block freed with device 1 current was handed out under device 0's work"
+    del overwriting, doubled
+    assert plugin.last_error() == ""
+
+
 def empty_cache():
     """``torch.cuda.empty_cache()`` reaches the stack: what it holds unused goes back."""
     torch, plugin = install()
@@ -416,7 +440,7 @@ def pool_out_of_memory():
     torch.cuda.synchronize()
 
 
-SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, empty_cache, memory_fraction, out_of_memory,
+SCENARIOS = {scenario.__name__: scenario for scenario in (record_stream, free_with_another_device_current, empty_cache, memory_fraction, out_of_memory,
                                                           statistics, snapshot, capture, init_hook, pool_out_of_memory,
                                                           pool_graph, pool_statistics, pool_compile, one_stack_for_all)}
 

@@ -557,6 +557,13 @@ extern "C" __attribute__((visibility("default"))) void cudapmr_torch_free(void* 
     return;
   }
   bridge::bytes_in_use[static_cast<std::size_t>(block.device)].fetch_sub(block.bytes, std::memory_order_relaxed);
+  // PyTorch frees with no device guard, and its default stream is handle 0: the current device's. With
+  // another device current, the free would follow that device's work, not the work that used the block.
+  std::optional<cudapmr::detail::scoped_device> on_device;
+  try {
+    on_device.emplace(block.device);
+  } catch (...) {  // the free still goes, on the stream as CUDA reads it
+  }
   if (block.used_on.empty()) return block.resource->deallocate_async(pointer, block.bytes, stream);
   bridge::free_after_uses(pointer, block, stream);
 }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -482,6 +483,11 @@ void virtual_memory_resource::unmap_pending(bool wait) {
     auto& pending = book_->pending;
     if (pending.empty()) return;
     std::vector<freed_range> kept;  // in the order of the frees
+    // Room in every list first: a range moved out of `pending` into a list
+    // that then fails to grow would be lost, its pages mapped for good.
+    ready.reserve(pending.size());
+    kept.reserve(pending.size());
+    if (wait) waiting.reserve(pending.size());
     for (freed_range& freed : pending) {
       if (freed.event != nullptr && ordering.has_completed(freed.event)) ready.push_back(std::move(freed));
       else if (freed.event != nullptr && wait) waiting.push_back(std::move(freed));
@@ -496,7 +502,8 @@ void virtual_memory_resource::unmap_pending(bool wait) {
     const auto unfinished = static_cast<std::size_t>(waiting.end() - next);
     {
       const std::lock_guard lock(mutex_);
-      book_->pending.insert(book_->pending.end(), next, waiting.end());
+      book_->pending.insert(book_->pending.end(), std::make_move_iterator(next),
+                            std::make_move_iterator(waiting.end()));
     }
     waiting.erase(next, waiting.end());
     unmap(waiting);
@@ -581,7 +588,8 @@ void virtual_memory_resource::release() {
     detail::synchronize_devices(kind(), device_id());  // in relaxed capture mode: another thread's capture stays valid
   } catch (...) {
     const std::lock_guard lock(mutex_);
-    book_->pending.insert(book_->pending.begin(), freed.begin(), freed.end());
+    book_->pending.insert(book_->pending.begin(), std::make_move_iterator(freed.begin()),
+                          std::make_move_iterator(freed.end()));
     throw;
   }
   unmap(freed);

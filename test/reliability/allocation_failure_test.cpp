@@ -10,10 +10,17 @@
 #include "support/fake_ordering.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
+#include <cudapmr/device.hpp>
 #include <cudapmr/host_memory_resource.hpp>
+#include <cudapmr/stream.hpp>
+#include <cudapmr/virtual_memory_resource.hpp>
+
+#include <cuda_runtime_api.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <functional>
@@ -21,6 +28,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -298,6 +306,82 @@ TEST(AllocationFailure, ADrainWhoseWaitFailsWhileItsStreamFreesMoreLosesNoBlock)
   EXPECT_ANY_THROW(scene.cache->release());
   ASSERT_TRUE(scene.freed_meanwhile) << "the release did not wait: the case shows nothing";
   scene.expect_nothing_lost(4);
+}
+
+// The virtual-memory leaf, on a GPU: sorting its pending frees (one whose
+// work is done, one held back) with the host out of memory loses no range.
+// Each range either is unmapped or stays pending: once all the work is done
+// and the leaf releases, nothing stays mapped, and the addresses serve again.
+
+/// Holds back the work queued on a stream after it until opened (a host
+/// function that waits, at most a minute), made with no allocation that can fail.
+class held_stream {
+ public:
+  explicit held_stream(stream_ref stream) {
+    holding_ = cudaLaunchHostFunc(stream.get(), &hold, &opened_) == cudaSuccess;
+  }
+  ~held_stream() { open(); }
+  held_stream(const held_stream&) = delete;
+  held_stream& operator=(const held_stream&) = delete;
+  void open() noexcept { opened_.store(true, std::memory_order_release); }
+  [[nodiscard]] bool holding() const noexcept { return holding_; }
+
+ private:
+  static void CUDART_CB hold(void* opened) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (!static_cast<std::atomic<bool>*>(opened)->load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<bool> opened_{false};
+  bool holding_ = false;
+};
+
+TEST(AllocationFailure, SortingTheLeafsPendingFreesLosesNoRange) {
+  if (device::count() == 0) GTEST_SKIP() << "no CUDA device";
+  constexpr std::size_t bytes = std::size_t{2} << 20;
+  for (const bool alone : {true, false}) {
+    for (long n = 0;; ++n) {
+      SCOPED_TRACE("allocation " + std::to_string(n) + (alone ? " failing alone" : " and all after it failing"));
+      long failures = 0;
+      {
+        virtual_memory_resource leaf(0, {.reserve_bytes = std::size_t{64} << 20});
+        const stream done_first(0);
+        const stream held(0);
+        void* finished = leaf.allocate_async(bytes, done_first);
+        void* waiting = leaf.allocate_async(bytes, held);
+        held_stream first_gate(done_first);
+        held_stream second_gate(held);
+        ASSERT_TRUE(first_gate.holding() && second_gate.holding()) << "cudaLaunchHostFunc failed";
+        leaf.deallocate_async(finished, bytes, done_first);
+        leaf.deallocate_async(waiting, bytes, held);
+        first_gate.open();
+        done_first.synchronize();  // one free's work done, the other's held back
+        ASSERT_EQ(leaf.pending_bytes(), 2 * bytes) << "the frees were not both pending: the case shows nothing";
+
+        failed_allocations = 0;
+        only_one_fails = alone;
+        allocations_before_failure = n;
+        leaf.unmap_completed();
+        allocations_before_failure = -1;
+        failures = failed_allocations;
+
+        second_gate.open();
+        held.synchronize();
+        leaf.release_completed();
+        EXPECT_EQ(leaf.pending_bytes(), 0u);
+        EXPECT_EQ(leaf.mapped_bytes(), 0u) << "a range's pages stayed mapped, out of every list";
+        EXPECT_EQ(leaf.mappings(), 0u);
+        // The freed addresses serve again, mapped anew.
+        void* again = leaf.allocate_async(2 * bytes, held);
+        EXPECT_EQ(leaf.mapped_bytes(), 2 * bytes);
+        leaf.deallocate_async(again, 2 * bytes, held);
+        held.synchronize();
+      }
+      if (failures == 0) break;
+      ASSERT_LT(n, 100) << "the unmap kept allocating";
+    }
+  }
 }
 
 }  // namespace

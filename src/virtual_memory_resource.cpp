@@ -456,9 +456,11 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // wherever it is freed, so the range waits for release() too.
     const detail::ordering_event event =
         freed.of_graph || ordering.is_capturing(stream) ? nullptr : ordering.record(stream);
-    // Moves only from here on: the range is never out of both lists.
+    // Moves only from here on: the range is never out of both lists. A stream
+    // id lets a later allocation take the pages over: never for a range made
+    // exportable (another process may map them), even once the leaf stopped exporting.
     book_->pending.push_back({address, freed.bytes, std::move(freed.pieces), event,
-                              event != nullptr && !is_exportable() ? stream_id(stream) : std::nullopt});
+                              event != nullptr && !freed.exportable ? stream_id(stream) : std::nullopt});
     allocated_.fetch_sub(freed.bytes, std::memory_order_relaxed);
     pending_.fetch_add(freed.bytes, std::memory_order_relaxed);
     if (event == nullptr) return;

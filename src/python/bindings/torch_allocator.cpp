@@ -154,8 +154,9 @@ std::atomic<std::uint64_t> empty_cache_calls{0};
 std::atomic<bool> is_current_allocator{false};
 
 /// The message of the last refused allocation or free, for Python to show.
+/// Never destroyed, as `blocks`: a free at the interpreter's shutdown may refuse.
 std::mutex last_error_mutex;
-std::string last_error;
+std::string& last_error = *new std::string();
 
 bool valid_device(int device) noexcept { return device >= 0 && device < max_devices; }
 

@@ -95,9 +95,10 @@ DLDevice device_of(const cudapmr::buffer<std::byte>& memory) {
 }
 
 /// Orders the consumer's `stream` (DLPack's convention: None the legacy
-/// default stream, 1 legacy, 2 per-thread, -1 no ordering) after the work
-/// queued on the buffer's stream. Host-accessible memory with no stream named
-/// is read by the host, so the buffer's stream is waited for.
+/// default stream, 1 legacy, 2 per-thread, -1 no ordering; a stream of the
+/// buffer's device) after the work queued on the buffer's stream.
+/// Host-accessible memory with no stream named is read by the host, so the
+/// buffer's stream is waited for.
 void order_for_consumer(python_buffer& self, nb::handle stream) {
   const stream_ordered_resource& resource = *self.shared->memory.resource();
   if (resource.kind() == memory_kind::pageable) {
@@ -105,6 +106,11 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
     if (!stream.is_none() && !PyLong_Check(stream.ptr())) static_cast<void>(stream_handle(stream));
     return;
   }
+  // The buffer's device current: the default streams are its own, and the
+  // event can be recorded on its streams (consumers such as PyTorch pass that
+  // device's stream with another device current).
+  std::optional<cudapmr::detail::scoped_device> on_device;
+  if (resource.device_id() >= 0) on_device.emplace(resource.device_id());
   cudaStream_t consumer = nullptr;
   if (stream.is_none()) {
     if (resource.is_host_accessible()) {

@@ -10,10 +10,13 @@
 #include "cudapmr/detail/host_thread_pool.hpp"
 #include "cudapmr/detail/peer_copy.hpp"
 #include "cudapmr/detail/pointer_type.hpp"
+#include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
 #include "cudapmr/host_topology.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -21,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -212,6 +216,16 @@ bool is_device_side(const std::optional<cudaMemoryType>& type) noexcept {
   return type == cudaMemoryTypeDevice || type == cudaMemoryTypeManaged;
 }
 
+/// A graph replays its copies long after the staging blocks serve other
+/// copies, and events recorded in a capture cannot be waited for.
+void refuse_captured(stream_ref stream, std::size_t bytes, const char* what) {
+  if (cuda_stream_ordering().is_capturing(stream))
+    throw std::invalid_argument(fmt::format("{} of {} bytes on stream {}: the stream is being captured, and a graph "
+                                            "cannot replay a copy through staging blocks that serve other copies "
+                                            "meanwhile",
+                                            what, bytes, fmt::ptr(stream.get())));
+}
+
 }  // namespace
 
 int staging_numa_node(int device) { return staging_node_of(device); }
@@ -227,6 +241,8 @@ std::size_t staging_chunk_bytes(std::size_t bytes) noexcept {
 bool try_staged_copy(void* destination, const void* source, std::size_t bytes, copy_direction direction,
                      stream_ref stream) {
   if (bytes < staged_copy_threshold) return false;
+  // Captured: CUDA's own copy from pageable memory, whatever it does in a graph.
+  if (cuda_stream_ordering().is_capturing(stream)) return false;
   const bool to_device = direction == copy_direction::to_device;
   if (pointer_memory_type(to_device ? source : destination) != cudaMemoryTypeUnregistered) return false;
   if (!is_device_side(pointer_memory_type(to_device ? destination : source))) return false;
@@ -238,6 +254,7 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
 void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
                    std::optional<int> numa_node) {
   if (bytes == 0) return;
+  refuse_captured(stream, bytes, "staged_copy_to_device");
   const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);
@@ -256,6 +273,7 @@ void staged_copy_to_device(void* destination, const void* host_source, std::size
 void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
                    std::optional<int> numa_node) {
   if (bytes == 0) return;
+  refuse_captured(stream, bytes, "staged_copy_to_host");
   const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);

@@ -217,5 +217,53 @@ TEST_F(StagedCopy, OnlyLargePageableToDeviceSideCopiesStage) {
   stream_->synchronize();
 }
 
+// A graph replays its copies long after the call that captured them: a copy
+// captured through staging would replay from blocks that other copies fill
+// meanwhile, and events recorded in the capture cannot be waited for later.
+TEST_F(StagedCopy, ACapturedCopyTakesTheDriversPathAndStagingServesOnAfterIt) {
+  const std::size_t bytes = 4 * mebibyte;
+  const std::vector<unsigned char> captured = random_bytes(bytes, 21);
+  const std::vector<unsigned char> meanwhile = random_bytes(bytes, 22);
+  const std::vector<unsigned char> at_replay = random_bytes(bytes, 23);
+  std::vector<unsigned char> source = captured;
+  buffer<unsigned char> target(*device_memory_, bytes, stream());
+  buffer<unsigned char> other(*device_memory_, bytes, stream());
+  stream_->synchronize();
+
+  ASSERT_EQ(cudaStreamBeginCapture(stream().get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_FALSE(detail::try_staged_copy(target.data(), source.data(), bytes, copy_direction::to_device, stream()));
+  EXPECT_THROW(detail::staged_copy_to_device(target.data(), source.data(), bytes, stream()), std::invalid_argument);
+  bool taken = true;
+  try {
+    target.copy_from(std::span<const unsigned char>(source), stream());
+  } catch (const cuda_error& refused) {  // CUDA may refuse a copy of pageable memory in a capture
+    taken = false;
+    RecordProperty("captured_copy", refused.what());
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream().get(), &graph);
+  static_cast<void>(cudaGetLastError());
+
+  // The staging blocks serve the next copy, which fills them with other bytes.
+  other.copy_from(std::span<const unsigned char>(meanwhile), stream());
+  stream_->synchronize();
+  EXPECT_TRUE(read_with_driver(other.data(), bytes) == meanwhile);
+  if (!taken || ended != cudaSuccess) {
+    if (graph != nullptr) static_cast<void>(cudaGraphDestroy(graph));
+    return;
+  }
+  cudaGraphExec_t replay = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
+  source = at_replay;
+  ASSERT_EQ(cudaGraphLaunch(replay, stream().get()), cudaSuccess);
+  stream_->synchronize();
+  const std::vector<unsigned char> replayed = read_with_driver(target.data(), bytes);
+  EXPECT_TRUE(replayed == captured || replayed == at_replay)
+      << "the replay copied bytes of neither the source at capture nor at replay (a staging block another copy "
+         "filled: " << (replayed == meanwhile) << ")";
+  static_cast<void>(cudaGraphExecDestroy(replay));
+  static_cast<void>(cudaGraphDestroy(graph));
+}
+
 }  // namespace
 }  // namespace cudapmr::test

@@ -50,7 +50,8 @@ enum class copy_direction { to_device, to_host };
 /// Copies `bytes` through pinned staging when the host side (the source for
 /// `to_device`, the destination for `to_host`) is pageable host memory, the
 /// other side device or managed memory, and `bytes` is at least
-/// `staged_copy_threshold`; otherwise returns false, having done nothing.
+/// `staged_copy_threshold`, and `stream` is not being captured; otherwise
+/// returns false, having done nothing.
 /// Semantics as `staged_copy_to_device` / `staged_copy_to_host`. \throws cuda_error.
 bool try_staged_copy(void* destination, const void* source, std::size_t bytes, copy_direction direction,
                      stream_ref stream);
@@ -62,14 +63,15 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
 /// own earlier chunks, and so for work queued on `stream` before it. The
 /// staging blocks and the threads that fill them are on `numa_node`, by
 /// default `staging_numa_node` of the stream's device (the bench compares nodes).
-/// \throws cuda_error.
+/// \throws std::invalid_argument for a stream being captured; cuda_error.
 void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
                            std::optional<int> numa_node = std::nullopt);
 
 /// Copies device-accessible memory to pageable host memory through pinned
 /// staging, in order on `stream`. Returns once the data is in the destination,
 /// so it waits for earlier work on `stream`, as the driver's pageable path
-/// does. Staging on `numa_node`, as above. \throws cuda_error.
+/// does. Staging on `numa_node`, as above. \throws std::invalid_argument for a
+/// stream being captured; cuda_error.
 void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
                          std::optional<int> numa_node = std::nullopt);
 

@@ -32,6 +32,9 @@ namespace cudapmr::detail {
 namespace {
 
 constexpr std::size_t staging_set_bytes = staging_block_count * staging_block_bytes;
+/// Idle sets whose DMAs still wait on other streams' work, past which a copy
+/// takes one of them (and waits) rather than pinning another set.
+constexpr std::size_t max_idle_sets_busy_elsewhere = 2;
 
 /// One pipeline's pinned blocks, and for each an event that proves its last
 /// DMA finished. Events belong to a device, so a set serves the streams of one.
@@ -62,6 +65,17 @@ class staging_set final {
   /// Marks block `index` in use by the work queued on `stream` so far. \throws cuda_error.
   void in_use_until(std::size_t index, stream_ref stream) {
     CUDAPMR_CHECK(cudaEventRecord(events_[index], stream.get()));
+    last_stream_ = stream.get();
+  }
+  /// Whether a copy on `stream` can use the set without waiting for another
+  /// stream's work: its last DMAs ran on `stream`, or have all finished.
+  [[nodiscard]] bool serves_without_waiting_on_others(stream_ref stream) const noexcept {
+    if (last_stream_ == stream.get()) return true;
+    return std::all_of(events_.begin(), events_.end(), [](cudaEvent_t event) {
+      const cudaError_t status = cudaEventQuery(event);
+      if (status != cudaSuccess && status != cudaErrorNotReady) static_cast<void>(cudaGetLastError());
+      return status == cudaSuccess;
+    });
   }
 
  private:
@@ -82,6 +96,7 @@ class staging_set final {
   int numa_node_;
   unsigned char* memory_ = nullptr;
   std::array<cudaEvent_t, staging_block_count> events_{};
+  cudaStream_t last_stream_ = nullptr;
 };
 
 /// The idle staging sets, by device and NUMA node, each node's over a pinned
@@ -90,18 +105,26 @@ class staging_set final {
 /// ones go back to the pools; the cache itself lives on for copies that still run.
 class staging_cache final {
  public:
-  /// An idle set for `device` on `numa_node`, or a new one. \throws out_of_memory, cuda_error.
-  std::unique_ptr<staging_set> acquire(int device, int numa_node) {
+  /// An idle set for `device` on `numa_node` that a copy on `stream` can use
+  /// without waiting for other streams' work, or else a new one; where
+  /// `max_idle_sets_busy_elsewhere` idle sets already wait on other streams,
+  /// the first of them (the copy then waits). \throws out_of_memory, cuda_error.
+  std::unique_ptr<staging_set> acquire(int device, int numa_node, stream_ref stream) {
     {
       const std::lock_guard lock(mutex_);
-      const auto found = std::find_if(idle_.begin(), idle_.end(), [&](const auto& set) {
-        return set->device() == device && set->numa_node() == numa_node;
-      });
-      if (found != idle_.end()) {
+      const auto take = [&](std::vector<std::unique_ptr<staging_set>>::iterator found) {
         std::unique_ptr<staging_set> set = std::move(*found);
         idle_.erase(found);
         return set;
+      };
+      auto first_busy = idle_.end();
+      std::size_t busy = 0;
+      for (auto set = idle_.begin(); set != idle_.end(); ++set) {
+        if ((*set)->device() != device || (*set)->numa_node() != numa_node) continue;
+        if ((*set)->serves_without_waiting_on_others(stream)) return take(set);
+        if (busy++ == 0) first_busy = set;
       }
+      if (busy >= max_idle_sets_busy_elsewhere) return take(first_busy);
     }
     return std::make_unique<staging_set>(pinned_on(numa_node), device, numa_node);
   }
@@ -177,7 +200,7 @@ class staging_lease final {
  public:
   staging_lease(stream_ref stream, int numa_node)
       : stream_(stream),
-        set_(the_staging_cache().acquire(stream_device(stream), numa_node)),
+        set_(the_staging_cache().acquire(stream_device(stream), numa_node, stream)),
         exceptions_(std::uncaught_exceptions()) {}
   ~staging_lease() {
     if (std::uncaught_exceptions() > exceptions_) {
@@ -231,6 +254,8 @@ void refuse_captured(stream_ref stream, std::size_t bytes, const char* what) {
 int staging_numa_node(int device) { return staging_node_of(device); }
 
 const pinned_memory_resource& staging_pool(int numa_node) { return the_staging_cache().pinned_on(numa_node); }
+
+void give_back_idle_staging() noexcept { the_staging_cache().give_back_idle(); }
 
 std::size_t staging_chunk_bytes(std::size_t bytes) noexcept {
   const std::size_t quarter = bytes / staging_block_count;

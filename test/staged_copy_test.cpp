@@ -8,9 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -263,6 +265,41 @@ TEST_F(StagedCopy, ACapturedCopyTakesTheDriversPathAndStagingServesOnAfterIt) {
          "filled: " << (replayed == meanwhile) << ")";
   static_cast<void>(cudaGraphExecDestroy(replay));
   static_cast<void>(cudaGraphDestroy(graph));
+}
+
+// A copy waits for its own stream's earlier work at most: a staging set whose
+// DMAs still wait behind another stream's work is passed over for another.
+TEST_F(StagedCopy, ACopyDoesNotWaitForAnotherStreamsWork) {
+  const std::size_t bytes = 4 * mebibyte;
+  const std::vector<unsigned char> source = random_bytes(bytes, 31);
+  buffer<unsigned char> first(*device_memory_, bytes, stream());
+  buffer<unsigned char> second(*device_memory_, bytes, stream());
+  stream_->synchronize();
+  detail::give_back_idle_staging();  // the one idle set below is the held copy's
+  const cudapmr::stream held(0);
+  const cudapmr::stream other(0);
+  std::atomic<bool> opened{false};
+  ASSERT_EQ(cudaLaunchHostFunc(
+                held.get(),
+                [](void* flag) {
+                  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+                  while (!static_cast<std::atomic<bool>*>(flag)->load() && std::chrono::steady_clock::now() < give_up)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                },
+                &opened),
+            cudaSuccess);
+  first.copy_from(std::span<const unsigned char>(source), held);  // its DMAs wait behind the host function
+  std::future<void> copied = std::async(std::launch::async, [&] {
+    second.copy_from(std::span<const unsigned char>(source), other);
+    other.synchronize();
+  });
+  const bool without_waiting = copied.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  opened.store(true);
+  copied.get();
+  held.synchronize();
+  EXPECT_TRUE(without_waiting) << "the copy on another stream waited for the held stream's work";
+  EXPECT_TRUE(read_with_driver(first.data(), bytes) == source);
+  EXPECT_TRUE(read_with_driver(second.data(), bytes) == source);
 }
 
 }  // namespace

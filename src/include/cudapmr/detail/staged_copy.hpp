@@ -44,6 +44,10 @@ inline constexpr std::size_t min_staging_chunk = std::size_t{1} << 20;
 /// \throws std::invalid_argument for a node the machine lacks; cuda_error.
 [[nodiscard]] const pinned_memory_resource& staging_pool(int numa_node);
 
+/// Frees the idle staging sets, their pinned memory back to the pools; later
+/// copies make new ones. Copies running meanwhile keep theirs.
+void give_back_idle_staging() noexcept;
+
 /// Which way a staged copy goes.
 enum class copy_direction { to_device, to_host };
 

@@ -67,9 +67,10 @@ byte_range partition(std::size_t bytes, std::size_t parts, std::size_t index, st
   const std::size_t larger = granules % parts;  // the first `larger` pieces get one granule more
   const std::size_t first = index * each + std::min(index, larger);
   const std::size_t count = each + (index < larger ? 1 : 0);
-  const std::size_t begin = std::min(first * granule, bytes);
-  const std::size_t end = std::min((first + count) * granule, bytes);
-  return {begin, end - begin};
+  // Granule `n` starts at n * granule, below `bytes` for every n < granules (no overflow); the last ends at `bytes`.
+  const auto start_of = [&](std::size_t n) { return n >= granules ? bytes : n * granule; };
+  const std::size_t begin = start_of(first);
+  return {begin, start_of(first + count) - begin};
 }
 
 std::size_t host_copy_parts(std::size_t bytes, std::size_t threads) noexcept {

@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -29,7 +30,9 @@ constexpr std::size_t mebibyte = std::size_t{1} << 20;
 
 TEST(Partition, PiecesCoverTheRangeInOrderOnGranuleBoundaries) {
   for (const std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096},
-                                  std::size_t{4097}, mebibyte, mebibyte + 13, 16 * mebibyte + 1}) {
+                                  std::size_t{4097}, mebibyte, mebibyte + 13, 16 * mebibyte + 1,
+                                  std::numeric_limits<std::size_t>::max() - 100,  // the last granule's end overflows
+                                  std::numeric_limits<std::size_t>::max()}) {
     for (const std::size_t parts : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{7}, std::size_t{64}}) {
       std::size_t expected_offset = 0;
       std::size_t largest = 0;

@@ -140,8 +140,10 @@ std::optional<int> nearest_numa_node(int device) {
   // The driver reports no NUMA: a machine with one node has only that one;
   // otherwise the node whose processors sit by the device's PCI slot.
   if (nodes.size() == 1) return nodes.front();
+  // hwloc's PCI query may leave a refusal behind: cleared, but not an error the caller had left pending.
+  const bool nothing_pending = cudaPeekAtLastError() == cudaSuccess;
   const std::optional<int> local = the_topology().node_local_to(device);
-  static_cast<void>(cudaGetLastError());  // hwloc's PCI query may leave a refusal behind
+  if (nothing_pending) static_cast<void>(cudaGetLastError());
   return local;
 }
 

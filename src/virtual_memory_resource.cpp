@@ -445,8 +445,10 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     const std::lock_guard lock(mutex_);
     const auto found = book_->live.find(address);
     if (found == book_->live.end()) return;  // not ours, or freed twice: ignored
-    // Reserve first, so that the range is never out of both lists.
-    book_->pending.reserve(book_->pending.size() + 1);
+    // Reserve first, so that the range is never out of both lists; doubling,
+    // as push_back would (room for one more each time copies the list at every free).
+    auto& pending = book_->pending;
+    if (pending.size() == pending.capacity()) pending.reserve(std::max<std::size_t>(8, 2 * pending.size()));
     book::mapping freed = std::move(found->second);
     book_->live.erase(found);
     // Captured (or unknown): no event can order the unmap after a replay, so

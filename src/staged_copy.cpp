@@ -10,6 +10,7 @@
 #include "cudapmr/detail/host_thread_pool.hpp"
 #include "cudapmr/detail/peer_copy.hpp"
 #include "cudapmr/detail/pointer_type.hpp"
+#include "cudapmr/detail/relaxed_capture_scope.hpp"
 #include "cudapmr/detail/stream_ordering.hpp"
 #include "cudapmr/device.hpp"
 #include "cudapmr/error.hpp"
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -61,21 +63,27 @@ class staging_set final {
   [[nodiscard]] unsigned char* block(std::size_t index) const noexcept { return memory_ + index * staging_block_bytes; }
 
   /// Blocks until the last DMA that used block `index` has finished. \throws cuda_error.
-  void wait_idle(std::size_t index) const { CUDAPMR_CHECK(cudaEventSynchronize(events_[index])); }
+  void wait_idle(std::size_t index) const {
+    const relaxed_capture_scope relaxed;  // another thread's global-mode capture stays valid
+    CUDAPMR_CHECK(cudaEventSynchronize(events_[index]));
+  }
   /// Marks block `index` in use by the work queued on `stream` so far. \throws cuda_error.
   void in_use_until(std::size_t index, stream_ref stream) {
     CUDAPMR_CHECK(cudaEventRecord(events_[index], stream.get()));
-    last_stream_ = stream.get();
+    streams_[index] = stream.get();
   }
   /// Whether a copy on `stream` can use the set without waiting for another
-  /// stream's work: its last DMAs ran on `stream`, or have all finished.
+  /// stream's work: each block's last DMA ran on `stream` or has finished.
+  /// The per-thread default stream is one handle for many streams: never "own".
   [[nodiscard]] bool serves_without_waiting_on_others(stream_ref stream) const noexcept {
-    if (last_stream_ == stream.get()) return true;
-    return std::all_of(events_.begin(), events_.end(), [](cudaEvent_t event) {
-      const cudaError_t status = cudaEventQuery(event);
-      if (status != cudaSuccess && status != cudaErrorNotReady) static_cast<void>(cudaGetLastError());
-      return status == cudaSuccess;
-    });
+    const relaxed_capture_scope relaxed;
+    for (std::size_t index = 0; index < staging_block_count; ++index) {
+      const std::optional<cudaStream_t>& last = streams_[index];
+      if (!last || (*last == stream.get() && *last != cudaStreamPerThread)) continue;
+      if (!recover_from(cudaEventQuery(events_[index]))) return false;  // not ready, or an error: passed over
+      streams_[index].reset();  // finished: no need to ask again
+    }
+    return true;
   }
 
  private:
@@ -96,7 +104,8 @@ class staging_set final {
   int numa_node_;
   unsigned char* memory_ = nullptr;
   std::array<cudaEvent_t, staging_block_count> events_{};
-  cudaStream_t last_stream_ = nullptr;
+  // The stream of each block's last DMA (0 is the legacy stream); empty: none recorded, or known finished.
+  mutable std::array<std::optional<cudaStream_t>, staging_block_count> streams_{};
 };
 
 /// The idle staging sets, by device and NUMA node, each node's over a pinned

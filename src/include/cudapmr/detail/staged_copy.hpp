@@ -44,7 +44,8 @@ inline constexpr std::size_t min_staging_chunk = std::size_t{1} << 20;
 /// \throws std::invalid_argument for a node the machine lacks; cuda_error.
 [[nodiscard]] const pinned_memory_resource& staging_pool(int numa_node);
 
-/// Frees the idle staging sets, their pinned memory back to the pools; later
+/// Frees the idle staging sets, their pinned memory back to the pools, once
+/// the DMAs that last used them have finished (it waits for them); later
 /// copies make new ones. Copies running meanwhile keep theirs.
 void give_back_idle_staging() noexcept;
 

@@ -2,11 +2,12 @@
 // When the host runs out of memory in the middle of a cache's eviction, every
 // block still either stays cached or goes back upstream: none is lost. A
 // program of its own, because it replaces the global operator new (which
-// fails on demand, on the test's thread only), and on the host alone: the
-// host resource with made-up streams and a stand-in for CUDA's events. Each
-// case replays one operation with the first, second, ... allocation inside
-// it failing (alone, and with every one after it), until the operation makes
-// no allocation that fails.
+// fails on demand, on the test's thread only). The caches on the host: the
+// host resource with made-up streams and a stand-in for CUDA's events; the
+// virtual-memory leaf on a GPU (skipped without one; test/gpu_checks/suite.sh).
+// Each case replays one operation with the first, second, ... allocation
+// inside it failing (alone, and with every one after it), until the operation
+// makes no allocation that fails.
 #include "support/fake_ordering.hpp"
 
 #include <cudapmr/adaptors/caching_resource.hpp>
@@ -346,17 +347,23 @@ TEST(AllocationFailure, SortingTheLeafsPendingFreesLosesNoRange) {
       long failures = 0;
       {
         virtual_memory_resource leaf(0, {.reserve_bytes = std::size_t{64} << 20});
-        const stream done_first(0);
-        const stream held(0);
-        void* finished = leaf.allocate_async(bytes, done_first);
-        void* waiting = leaf.allocate_async(bytes, held);
-        held_stream first_gate(done_first);
-        held_stream second_gate(held);
+        const stream s(0);
+        void* finished = leaf.allocate_async(bytes, s);
+        void* waiting = leaf.allocate_async(bytes, s);
+        // One stream, two gates in its order (host functions of different
+        // streams may share one CUDA thread, so a second stream's gate could
+        // hold the first's back): the first free's work done, the second's held.
+        held_stream first_gate(s);
+        leaf.deallocate_async(finished, bytes, s);
+        cudaEvent_t first_done = nullptr;
+        ASSERT_EQ(cudaEventCreateWithFlags(&first_done, cudaEventDisableTiming), cudaSuccess);
+        ASSERT_EQ(cudaEventRecord(first_done, s.get()), cudaSuccess);
+        held_stream second_gate(s);
         ASSERT_TRUE(first_gate.holding() && second_gate.holding()) << "cudaLaunchHostFunc failed";
-        leaf.deallocate_async(finished, bytes, done_first);
-        leaf.deallocate_async(waiting, bytes, held);
+        leaf.deallocate_async(waiting, bytes, s);
         first_gate.open();
-        done_first.synchronize();  // one free's work done, the other's held back
+        ASSERT_EQ(cudaEventSynchronize(first_done), cudaSuccess);
+        static_cast<void>(cudaEventDestroy(first_done));
         ASSERT_EQ(leaf.pending_bytes(), 2 * bytes) << "the frees were not both pending: the case shows nothing";
 
         failed_allocations = 0;
@@ -367,16 +374,16 @@ TEST(AllocationFailure, SortingTheLeafsPendingFreesLosesNoRange) {
         failures = failed_allocations;
 
         second_gate.open();
-        held.synchronize();
+        s.synchronize();
         leaf.release_completed();
         EXPECT_EQ(leaf.pending_bytes(), 0u);
         EXPECT_EQ(leaf.mapped_bytes(), 0u) << "a range's pages stayed mapped, out of every list";
         EXPECT_EQ(leaf.mappings(), 0u);
         // The freed addresses serve again, mapped anew.
-        void* again = leaf.allocate_async(2 * bytes, held);
+        void* again = leaf.allocate_async(2 * bytes, s);
         EXPECT_EQ(leaf.mapped_bytes(), 2 * bytes);
-        leaf.deallocate_async(again, 2 * bytes, held);
-        held.synchronize();
+        leaf.deallocate_async(again, 2 * bytes, s);
+        s.synchronize();
       }
       if (failures == 0) break;
       ASSERT_LT(n, 100) << "the unmap kept allocating";

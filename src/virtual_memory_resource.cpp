@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -448,7 +449,13 @@ void virtual_memory_resource::do_deallocate_async(void* p, std::size_t /*bytes*/
     // Reserve first, so that the range is never out of both lists; doubling,
     // as push_back would (room for one more each time copies the list at every free).
     auto& pending = book_->pending;
-    if (pending.size() == pending.capacity()) pending.reserve(std::max<std::size_t>(8, 2 * pending.size()));
+    if (pending.size() == pending.capacity()) {
+      try {
+        pending.reserve(std::max<std::size_t>(8, 2 * pending.size()));
+      } catch (const std::bad_alloc&) {  // the host is short: room for this one range may still be had
+        pending.reserve(pending.size() + 1);
+      }
+    }
     book::mapping freed = std::move(found->second);
     book_->live.erase(found);
     // Captured (or unknown): no event can order the unmap after a replay, so

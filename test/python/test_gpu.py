@@ -173,17 +173,19 @@ def test_dlpack_orders_a_consumer_of_another_device_than_the_current_one():
     # PyTorch's from_dlpack passes the stream of the buffer's device with whatever device is current.
     if cudapmr.device_count() < 2:
         pytest.skip("needs two GPUs")
-    stream = cudapmr.Stream(1)
-    consumer = cudapmr.Stream(1)
-    assert cudapmr.current_device() == 0
-    with cudapmr.DeviceMemoryResource(1).allocate(1 << 20, stream=stream) as buffer:
-        buffer.fill(5, stream=stream)
-        for named in (consumer.handle, 1, 2):
-            capsule = buffer.__dlpack__(stream=named)
-            del capsule
-        consumer.synchronize()
-        assert host_bytes(buffer, stream) == b"\x05" * (1 << 20)
-    assert cudapmr.current_device() == 0
+    current = cudapmr.current_device()
+    other = 1 if current == 0 else 0
+    stream = cudapmr.Stream(other)
+    consumer = cudapmr.Stream(other)
+    for resource in (cudapmr.DeviceMemoryResource(other), cudapmr.PinnedMemoryResource()):
+        with resource.allocate(1 << 20, stream=stream) as buffer:
+            buffer.fill(5, stream=stream)
+            for named in (consumer.handle, 1, 2):
+                capsule = buffer.__dlpack__(stream=named)
+                del capsule
+            consumer.synchronize()
+            assert host_bytes(buffer, stream) == b"\x05" * (1 << 20)
+    assert cudapmr.current_device() == current
 
 
 @pytest.mark.parametrize("make", [cudapmr.PinnedMemoryResource, cudapmr.ManagedMemoryResource])

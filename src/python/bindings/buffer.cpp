@@ -106,11 +106,13 @@ void order_for_consumer(python_buffer& self, nb::handle stream) {
     if (!stream.is_none() && !PyLong_Check(stream.ptr())) static_cast<void>(stream_handle(stream));
     return;
   }
-  // The buffer's device current: the default streams are its own, and the
-  // event can be recorded on its streams (consumers such as PyTorch pass that
-  // device's stream with another device current).
+  // The device of the buffer's stream current: the default streams are its
+  // own, and the event can be recorded on the buffer's stream (consumers such
+  // as PyTorch pass that device's stream with another device current).
   std::optional<cudapmr::detail::scoped_device> on_device;
-  if (resource.device_id() >= 0) on_device.emplace(resource.device_id());
+  int stream_device = -1;
+  if (cudaStreamGetDevice(self.stream.get(), &stream_device) == cudaSuccess) on_device.emplace(stream_device);
+  else static_cast<void>(cudaGetLastError());  // a stream CUDA cannot place: ordered as before, on the current device
   cudaStream_t consumer = nullptr;
   if (stream.is_none()) {
     if (resource.is_host_accessible()) {

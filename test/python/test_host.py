@@ -688,6 +688,20 @@ def test_the_stream_protocol_is_read_in_its_version_0_only():
             cudapmr.stream_handle(Protocol(answer))
 
 
+def _import_over_stand_ins(monkeypatch, plugin):
+    """``cudapmr.<plugin>`` imported anew over the stand-ins the test put in
+    ``sys.modules``; the test's end puts the module and the package's
+    attribute back as they were, so no later test meets the stand-ins."""
+    import importlib
+    import sys
+
+    name = f"cudapmr.{plugin}"
+    monkeypatch.setitem(sys.modules, name, sys.modules.get(name))
+    monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(cudapmr, plugin, getattr(cudapmr, plugin, None), raising=False)
+    return importlib.import_module(name)
+
+
 def test_cupy_pinned_allocator_refuses_pageable_memory(host, monkeypatch):
     # CuPy copies from a PinnedMemoryPointer as from page-locked memory; pageable memory would be staged.
     import importlib
@@ -695,8 +709,7 @@ def test_cupy_pinned_allocator_refuses_pageable_memory(host, monkeypatch):
     import types
 
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
-    monkeypatch.delitem(sys.modules, "cudapmr.cupy", raising=False)
-    plugin = importlib.import_module("cudapmr.cupy")
+    plugin = _import_over_stand_ins(monkeypatch, "cupy")
     with pytest.raises(ValueError, match="pinned or managed memory; host_memory_resource is pageable memory"):
         plugin.pinned_allocator(host)
     with pytest.raises(ValueError, match="pinned or managed memory"):
@@ -1028,8 +1041,7 @@ def _stand_in_torch(monkeypatch, *, makes_allocators):
     torch.cuda = types.SimpleNamespace(memory=types.SimpleNamespace(CUDAPluggableAllocator=Pluggable,
                                                                     change_current_allocator=change_current_allocator))
     monkeypatch.setitem(sys.modules, "torch", torch)
-    monkeypatch.delitem(sys.modules, "cudapmr.torch", raising=False)
-    return importlib.import_module("cudapmr.torch")
+    return _import_over_stand_ins(monkeypatch, "torch")
 
 
 @pytest.mark.parametrize("refused_at", ["allocator", "install"])
@@ -1053,12 +1065,13 @@ def test_a_refused_torch_allocator_leaves_the_devices_resource_as_it_was(monkeyp
         _cudapmr._torch_set_resource(device, None)
 
 
-def test_cupy_memory_keeps_the_stream_it_is_freed_on_alive(monkeypatch):
-    # CuPy destroys a Stream once it is collected; a free on its handle after that would use a dead stream.
-    import importlib
+def _stand_in_cupy(monkeypatch):
+    """A cupy with streams, a current device that ``cupy.cuda.Device`` switches,
+    and the memory classes the plug-in makes; returns the plug-in and the
+    current stream and device (one-element lists the test changes)."""
+    import contextlib
     import sys
     import types
-    import weakref
 
     class Stream:
         def __init__(self, handle):
@@ -1072,24 +1085,58 @@ def test_cupy_memory_keeps_the_stream_it_is_freed_on_alive(monkeypatch):
         def __init__(self, memory, offset):
             self.mem = memory
 
-    current = [Stream(0)]
-    cupy = types.ModuleType("cupy")
-    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: current[0], UnownedMemory=UnownedMemory,
-                                      MemoryPointer=MemoryPointer, runtime=types.SimpleNamespace(getDevice=lambda: 0))
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    monkeypatch.delitem(sys.modules, "cudapmr.cupy", raising=False)
-    plugin = importlib.import_module("cudapmr.cupy")
-    allocate = plugin.allocator(_ReachableHost())
+    current_stream, current_device = [Stream(0)], [0]
 
-    current[0] = Stream(0x1234)
+    @contextlib.contextmanager
+    def device(ordinal):
+        previous, current_device[0] = current_device[0], ordinal
+        try:
+            yield
+        finally:
+            current_device[0] = previous
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: current_stream[0], UnownedMemory=UnownedMemory,
+                                      MemoryPointer=MemoryPointer, Device=device, Stream=Stream,
+                                      runtime=types.SimpleNamespace(getDevice=lambda: current_device[0]))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    return _import_over_stand_ins(monkeypatch, "cupy"), current_stream, current_device
+
+
+def test_cupy_memory_keeps_the_stream_it_is_freed_on_alive(monkeypatch):
+    # CuPy destroys a Stream once it is collected; a free on its handle after that would use a dead stream.
+    import weakref
+
+    plugin, current_stream, _ = _stand_in_cupy(monkeypatch)
+    allocate = plugin.allocator(_ReachableHost())
+    Stream = type(current_stream[0])
+    current_stream[0] = Stream(0x1234)
     memory = allocate(4096)
-    stream = weakref.ref(current[0])
-    current[0] = Stream(0)
+    stream = weakref.ref(current_stream[0])
+    current_stream[0] = Stream(0)
     gc.collect()
     assert stream() is not None, "the stream the block is freed on was collected while the block is live"
     del memory
     gc.collect()
     assert stream() is None, "the block's free kept its stream alive for good"
+
+
+def test_cupy_memory_is_freed_with_its_streams_device_current(monkeypatch):
+    # CuPy's null stream is handle 0, which CUDA reads as the current device's legacy stream.
+    plugin, _, current_device = _stand_in_cupy(monkeypatch)
+    seen = []
+
+    class Recording(_ReachableHost):
+        def deallocate_raw(self, address, size, stream=None):
+            seen.append((current_device[0], stream))
+            super().deallocate_raw(address, size, stream)
+
+    memory = plugin.allocator(Recording())(4096)  # on device 0's null stream
+    current_device[0] = 1
+    del memory
+    gc.collect()
+    assert seen == [(0, 0)], seen
+    assert current_device[0] == 1
 
 
 def test_numba_refuses_device_memory_of_another_device_for_a_context(monkeypatch):
@@ -1108,8 +1155,7 @@ def test_numba_refuses_device_memory_of_another_device_for_a_context(monkeypatch
     for name in ("numba", "numba.cuda", "numba.cuda.cudadrv"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "numba.cuda.cudadrv.driver", driver)
-    monkeypatch.delitem(sys.modules, "cudapmr.numba", raising=False)
-    plugin = importlib.import_module("cudapmr.numba")
+    plugin = _import_over_stand_ins(monkeypatch, "numba")
 
     class DeviceZero(_ReachableHost):
         kind = "device"

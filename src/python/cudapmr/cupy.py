@@ -20,9 +20,9 @@ __all__ = ["allocator", "pinned_allocator"]
 class _Allocation:
     """Memory CuPy holds: freed on its stream when the last reference goes."""
 
-    __slots__ = ("ptr", "size", "device_id", "_stream", "_stream_owner", "_deallocate")
+    __slots__ = ("ptr", "size", "device_id", "_stream", "_stream_owner", "_stream_device", "_deallocate")
 
-    def __init__(self, resource, size, stream, stream_owner=None):
+    def __init__(self, resource, size, stream, stream_owner=None, stream_device=-1):
         self.ptr = 0  # what __del__ sees if the allocation raises
         self.ptr = resource.allocate_raw(size, stream)
         self.size = size
@@ -30,12 +30,19 @@ class _Allocation:
         self._stream = stream
         # CuPy destroys a Stream once it is collected: the free's stream is kept alive until the free.
         self._stream_owner = stream_owner
+        # CuPy's null stream is handle 0, the current device's: its device is made current for the free.
+        self._stream_device = stream_device
         self._deallocate = resource.deallocate_raw
 
     def __del__(self):
-        if self.ptr:
+        if not self.ptr:
+            return
+        if self._stream_device >= 0 and _cupy.cuda.runtime.getDevice() != self._stream_device:
+            with _cupy.cuda.Device(self._stream_device):
+                self._deallocate(self.ptr, self.size, self._stream)
+        else:
             self._deallocate(self.ptr, self.size, self._stream)
-            self.ptr = 0
+        self.ptr = 0
 
 
 def _require(resource, what):
@@ -57,9 +64,10 @@ def allocator(resource=None):
     pointer = _cupy.cuda.MemoryPointer
 
     def allocate(nbytes):
-        device = resource.device_id if resource.device_id >= 0 else _cupy.cuda.runtime.getDevice()
+        current = _cupy.cuda.runtime.getDevice()  # the device of CuPy's current stream
+        device = resource.device_id if resource.device_id >= 0 else current
         stream = get_stream()
-        allocation = _Allocation(resource, nbytes, stream.ptr, stream)
+        allocation = _Allocation(resource, nbytes, stream.ptr, stream, current)
         return pointer(unowned(allocation.ptr, nbytes, allocation, device), 0)
 
     allocate.resource = resource

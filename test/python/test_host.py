@@ -704,7 +704,6 @@ def _import_over_stand_ins(monkeypatch, plugin):
 
 def test_cupy_pinned_allocator_refuses_pageable_memory(host, monkeypatch):
     # CuPy copies from a PinnedMemoryPointer as from page-locked memory; pageable memory would be staged.
-    import importlib
     import sys
     import types
 
@@ -1022,7 +1021,6 @@ class _ReachableHost(cudapmr.HostMemoryResource):
 def _stand_in_torch(monkeypatch, *, makes_allocators):
     """A torch whose CUDAPluggableAllocator is made (or refused) and whose
     change_current_allocator refuses, as PyTorch's does once its allocator has allocated."""
-    import importlib
     import sys
     import types
 
@@ -1141,7 +1139,6 @@ def test_cupy_memory_is_freed_with_its_streams_device_current(monkeypatch):
 
 def test_numba_refuses_device_memory_of_another_device_for_a_context(monkeypatch):
     # Numba makes one manager per context: device 0's memory in device 1's kernels is an illegal address.
-    import importlib
     import sys
     import types
 

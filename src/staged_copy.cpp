@@ -258,6 +258,12 @@ void refuse_captured(stream_ref stream, std::size_t bytes, const char* what) {
                                             what, bytes, fmt::ptr(stream.get())));
 }
 
+// The staged copies themselves, for a stream known not to be captured.
+void stage_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
+                     std::optional<int> numa_node);
+void stage_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
+                   std::optional<int> numa_node);
+
 }  // namespace
 
 int staging_numa_node(int device) { return staging_node_of(device); }
@@ -280,15 +286,29 @@ bool try_staged_copy(void* destination, const void* source, std::size_t bytes, c
   const bool to_device = direction == copy_direction::to_device;
   if (pointer_memory_type(to_device ? source : destination) != cudaMemoryTypeUnregistered) return false;
   if (!is_device_side(pointer_memory_type(to_device ? destination : source))) return false;
-  if (to_device) staged_copy_to_device(destination, source, bytes, stream);
-  else staged_copy_to_host(destination, source, bytes, stream);
+  if (to_device) stage_to_device(destination, source, bytes, stream, std::nullopt);
+  else stage_to_host(destination, source, bytes, stream, std::nullopt);
   return true;
 }
 
 void staged_copy_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
-                   std::optional<int> numa_node) {
+                           std::optional<int> numa_node) {
   if (bytes == 0) return;
   refuse_captured(stream, bytes, "staged_copy_to_device");
+  stage_to_device(destination, host_source, bytes, stream, numa_node);
+}
+
+void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
+                         std::optional<int> numa_node) {
+  if (bytes == 0) return;
+  refuse_captured(stream, bytes, "staged_copy_to_host");
+  stage_to_host(host_destination, source, bytes, stream, numa_node);
+}
+
+namespace {
+
+void stage_to_device(void* destination, const void* host_source, std::size_t bytes, stream_ref stream,
+                     std::optional<int> numa_node) {
   const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);
@@ -304,10 +324,8 @@ void staged_copy_to_device(void* destination, const void* host_source, std::size
   }
 }
 
-void staged_copy_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
+void stage_to_host(void* host_destination, const void* source, std::size_t bytes, stream_ref stream,
                    std::optional<int> numa_node) {
-  if (bytes == 0) return;
-  refuse_captured(stream, bytes, "staged_copy_to_host");
   const int node = numa_node ? *numa_node : staging_node_of(stream_device(stream));
   const staging_lease staging(stream, node);
   host_thread_pool& threads = host_copy_pool(node);
@@ -329,5 +347,7 @@ void staged_copy_to_host(void* host_destination, const void* source, std::size_t
     if (index + staging_block_count < chunks.count()) fetch(index + staging_block_count);
   }
 }
+
+}  // namespace
 
 }  // namespace cudapmr::detail

@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -283,23 +282,14 @@ TEST_F(StagedCopy, ACopyDoesNotWaitForAnotherStreamsWork) {
   detail::give_back_idle_staging();  // the one idle set below is the held copy's
   const cudapmr::stream held(0);
   const cudapmr::stream other(0);
-  std::atomic<bool> opened{false};
-  ASSERT_EQ(cudaLaunchHostFunc(
-                held.get(),
-                [](void* flag) {
-                  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-                  while (!static_cast<std::atomic<bool>*>(flag)->load() && std::chrono::steady_clock::now() < give_up)
-                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                },
-                &opened),
-            cudaSuccess);
-  first.copy_from(std::span<const unsigned char>(source), held);  // its DMAs wait behind the host function
+  stream_gate gate(held);
+  first.copy_from(std::span<const unsigned char>(source), held);  // its DMAs wait behind the gate
   std::future<void> copied = std::async(std::launch::async, [&] {
     second.copy_from(std::span<const unsigned char>(source), other);
     other.synchronize();
   });
   const bool without_waiting = copied.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  opened.store(true);
+  gate.open();
   copied.get();
   held.synchronize();
   EXPECT_TRUE(without_waiting) << "the copy on another stream waited for the held stream's work";

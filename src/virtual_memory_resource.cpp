@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <iterator>
 #include <map>
 #include <new>
@@ -116,6 +117,49 @@ struct virtual_memory_resource::book {
   std::vector<detail::address_ranges> ranges;
   std::map<std::uintptr_t, mapping> live;
   std::vector<freed_range> pending;  // freed, still mapped, in the order of their frees
+  /// The tickets of the batches of frees that threads took out of `pending`
+  /// and are unmapping (or waiting for): memory on its way back, which a
+  /// refused allocation waits for rather than refuse what is about to be free.
+  std::vector<std::uint64_t> unmaps_in_flight;
+  std::uint64_t last_unmap_ticket = 0;
+  std::condition_variable unmap_finished;
+
+  /// Counts a batch in flight, its room in `unmaps_in_flight` reserved: its ticket.
+  [[nodiscard]] std::uint64_t start_unmap() noexcept {
+    unmaps_in_flight.push_back(++last_unmap_ticket);
+    return last_unmap_ticket;
+  }
+  /// How many batches up to ticket `last` are still in flight.
+  [[nodiscard]] std::size_t unmaps_in_flight_up_to(std::uint64_t last) const noexcept {
+    return static_cast<std::size_t>(std::count_if(unmaps_in_flight.begin(), unmaps_in_flight.end(),
+                                                  [&](std::uint64_t ticket) { return ticket <= last; }));
+  }
+};
+
+/// Ends a batch of frees taken out of the pending list (counted in flight when
+/// taken) once they are unmapped or back in the list, and wakes the refused
+/// allocations that wait for it.
+struct virtual_memory_resource::unmap_batch {
+  virtual_memory_resource& leaf;
+  std::uint64_t ticket;
+  unmap_batch(virtual_memory_resource& taken_from, std::uint64_t its_ticket) noexcept
+      : leaf(taken_from), ticket(its_ticket) {}
+  unmap_batch(const unmap_batch&) = delete;
+  unmap_batch& operator=(const unmap_batch&) = delete;
+  ~unmap_batch() {
+    {
+      const std::lock_guard lock(leaf.mutex_);
+      std::erase(leaf.book_->unmaps_in_flight, ticket);
+    }
+    leaf.book_->unmap_finished.notify_all();
+  }
+};
+
+/// The unmaps a refused allocation waits for: those in flight when it was
+/// first refused, so that others' steady frees cannot keep it waiting.
+struct virtual_memory_resource::unmaps_awaited {
+  std::uint64_t last_ticket = 0;
+  std::size_t in_flight = 0;  // of those, as the refused call began
 };
 
 virtual_memory_resource::virtual_memory_resource(int device, virtual_memory_options options)
@@ -353,7 +397,16 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
       status = create();
       if (status == CUDA_ERROR_OUT_OF_MEMORY) {
         unmap_pending(true);
-        status = create();
+        unmaps_awaited awaited;
+        {
+          const std::lock_guard lock(mutex_);
+          awaited = {book_->last_unmap_ticket, book_->unmaps_in_flight.size()};
+        }
+        for (;;) {  // once more, and again each time another thread's unmap under way gives memory back
+          status = create();
+          std::unique_lock lock(mutex_);
+          if (status != CUDA_ERROR_OUT_OF_MEMORY || !await_unmap(lock, awaited)) break;
+        }
       }
     } catch (...) {
       release_pieces();
@@ -384,9 +437,13 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     }
     if (!taken) {  // the address ranges are full: pending frees hold part of them
       unmap_pending(true);
-      const std::lock_guard lock(mutex_);
-      taken = book_->try_take(bytes, alignment);
-      if (!taken) refuse_address_space(bytes, alignment, requested);
+      std::unique_lock lock(mutex_);
+      unmaps_awaited awaited{book_->last_unmap_ticket, book_->unmaps_in_flight.size()};
+      for (;;) {  // again each time another thread's unmap under way gives addresses back
+        taken = book_->try_take(bytes, alignment);
+        if (taken) break;
+        if (!await_unmap(lock, awaited)) refuse_address_space(bytes, alignment, requested);
+      }
     }
     address = *taken;
   } catch (...) {
@@ -489,6 +546,7 @@ void virtual_memory_resource::unmap_pending(bool wait) {
   detail::stream_ordering& ordering = detail::cuda_stream_ordering();
   std::vector<freed_range> ready;
   std::vector<freed_range> waiting;
+  std::uint64_t ticket = 0;
   {
     const std::lock_guard lock(mutex_);
     auto& pending = book_->pending;
@@ -496,6 +554,7 @@ void virtual_memory_resource::unmap_pending(bool wait) {
     std::vector<freed_range> kept;  // in the order of the frees
     // Room in every list first: a range moved out of `pending` into a list
     // that then fails to grow would be lost, its pages mapped for good.
+    book_->unmaps_in_flight.reserve(book_->unmaps_in_flight.size() + 1);
     ready.reserve(pending.size());
     kept.reserve(pending.size());
     if (wait) waiting.reserve(pending.size());
@@ -505,7 +564,10 @@ void virtual_memory_resource::unmap_pending(bool wait) {
       else kept.push_back(std::move(freed));
     }
     pending.swap(kept);
+    if (ready.empty() && waiting.empty()) return;
+    ticket = book_->start_unmap();
   }
+  const unmap_batch batch(*this, ticket);
   unmap(ready);
   // The waits, outside the lock: each blocks only until its own event.
   for (auto next = waiting.begin(); next != waiting.end(); ++next) {
@@ -562,6 +624,14 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
   freed.clear();
 }
 
+bool virtual_memory_resource::await_unmap(std::unique_lock<std::mutex>& lock, unmaps_awaited& awaited) {
+  if (awaited.in_flight == 0) return false;
+  book_->unmap_finished.wait(
+      lock, [&] { return book_->unmaps_in_flight_up_to(awaited.last_ticket) < awaited.in_flight; });
+  awaited.in_flight = book_->unmaps_in_flight_up_to(awaited.last_ticket);
+  return true;
+}
+
 void virtual_memory_resource::release_completed() { unmap_pending(true); }
 
 void virtual_memory_resource::unmap_completed() noexcept {
@@ -590,11 +660,15 @@ void virtual_memory_resource::do_report(resource_state& report) const {
 
 void virtual_memory_resource::release() {
   std::vector<freed_range> freed;
+  std::uint64_t ticket = 0;
   {
     const std::lock_guard lock(mutex_);
+    if (book_->pending.empty()) return;
+    book_->unmaps_in_flight.reserve(book_->unmaps_in_flight.size() + 1);
     freed.swap(book_->pending);
+    ticket = book_->start_unmap();
   }
-  if (freed.empty()) return;
+  const unmap_batch batch(*this, ticket);
   try {
     detail::synchronize_devices(kind(), device_id());  // in relaxed capture mode: another thread's capture stays valid
   } catch (...) {

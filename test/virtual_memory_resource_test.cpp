@@ -8,7 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -342,6 +345,41 @@ TEST_F(VirtualMemoryResource, AFullReservationRefusesWithOutOfMemoryAndKeepsWork
   void* second = resource.allocate_async(64 * mebibyte, stream);
   EXPECT_EQ(second, first);
   resource.deallocate_async(second, 64 * mebibyte, stream);
+}
+
+TEST_F(VirtualMemoryResource, AFullReservationWaitsForAFreeAnotherThreadIsUnmapping) {
+  virtual_memory_resource resource(0, virtual_memory_options{.reserve_bytes = 64 * mebibyte});
+  const cudapmr::stream stream(0);
+  const cudapmr::stream other(0);
+  void* first = resource.allocate_async(48 * mebibyte, stream);
+  stream_gate gate(stream);
+  if (!gate.holding()) GTEST_SKIP() << "no stream gate under compute-sanitizer";
+  resource.deallocate_async(first, 48 * mebibyte, stream);  // pending behind the gate
+  // Another thread takes the free out of the pending list and waits for its event.
+  std::atomic<bool> released{false};
+  std::thread releasing([&] {
+    try {
+      resource.release_completed();
+      released = true;
+    } catch (...) {  // a failed event wait: reported below
+    }
+  });
+  while (resource.has_frees_waiting_on_work()) std::this_thread::yield();
+  EXPECT_EQ(resource.pending_bytes(), 48 * mebibyte) << "the free was unmapped with its work held back";
+  // Its addresses are on their way back: the request waits for them rather than refuse.
+  auto second = std::async(std::launch::async, [&] { return resource.allocate_async(64 * mebibyte, other); });
+  EXPECT_EQ(second.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "the request ended while the only free addresses were being unmapped by another thread";
+  gate.open();
+  releasing.join();
+  EXPECT_TRUE(released) << "release_completed threw";
+  void* taken = nullptr;
+  // A request never woken hangs here (in the future's destructor too); the suite's time limit ends it.
+  ASSERT_EQ(second.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "the request was never woken";
+  EXPECT_NO_THROW(taken = second.get());
+  EXPECT_EQ(taken, first);
+  if (taken != nullptr) resource.deallocate_async(taken, 64 * mebibyte, other);
+  other.synchronize();
 }
 
 TEST(VirtualMemoryResourceWithoutAGpu, ThrowsCudaErrorSayingNoDeviceWasFound) {

@@ -64,8 +64,9 @@ struct virtual_memory_options {
 /// stream's order, and another stream (a free on another stream too) must be
 /// ordered after that stream first. An exportable leaf takes nothing over and
 /// its allocations are usable at once by any stream. Where
-/// the device is full, pending frees are waited for (per event, on the host)
-/// and unmapped before the request is refused.
+/// the device (or the reservation) is full, pending frees are waited for (per
+/// event, on the host) and unmapped before the request is refused, and so are
+/// frees another thread is unmapping (`release()` included) at that moment.
 ///
 /// Stream capture: the driver's virtual memory calls neither fail nor
 /// invalidate a capture, on this thread or another, so allocating while a
@@ -151,6 +152,8 @@ class virtual_memory_resource final : public stream_ordered_resource {
   struct piece;
   struct freed_range;
   struct book;  // what is mapped and what is freed, under mutex_
+  struct unmap_batch;
+  struct unmaps_awaited;
 
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
@@ -169,6 +172,10 @@ class virtual_memory_resource final : public stream_ordered_resource {
   /// Unmaps the pending frees whose events have completed; where `wait`,
   /// waits for the others' events first. \throws cuda_error where a wait fails.
   void unmap_pending(bool wait);
+  /// With mutex_ held by `lock`, after a refusal: unless none of the unmaps
+  /// `awaited` is still in flight (false: refuse), waits until one more of them
+  /// has finished (true: memory may have come back, the call is worth making again).
+  [[nodiscard]] bool await_unmap(std::unique_lock<std::mutex>& lock, unmaps_awaited& awaited);
   /// Unmaps `freed` (ranges already out of every list) and gives their addresses back.
   void unmap(std::vector<freed_range>& freed) noexcept;
   /// `bytes` of address space aligned to `alignment` from a range reserved

@@ -255,6 +255,13 @@ void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t ali
     note_passed_back(detail::size_class_bytes(requested_class));
     return upstream_resource().deallocate(p, detail::size_class_bytes(requested_class), block_alignment);
   }
+  // Handed out, the bound stream may be captured: a free then is a free on a
+  // captured stream, which goes upstream as a graph node (as do_deallocate_async's).
+  if (bound_stream_shared() && is_captured(own_bound_stream())) {
+    cache_.note_returned_upstream(size_class);
+    return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment,
+                                                own_bound_stream());
+  }
   // With the bound stream never handed out, nothing queued can touch the block.
   const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
                                              : cache_.give_ready(size_class, p);

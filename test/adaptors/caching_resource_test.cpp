@@ -322,6 +322,24 @@ TEST(CachingResource, ABlockAllocatedDuringCaptureGoesUpstreamAtItsFreeAfterTheC
   EXPECT_EQ(cache.statistics().cached_blocks, 0u);
 }
 
+TEST(CachingResource, APmrFreeWhileTheHandedOutBoundStreamIsCapturedGoesUpstream) {
+  // Once handed out, the bound stream may be captured; a pmr free then is a
+  // free on a captured stream: cached, the block would be handed out again
+  // while the graph's launches still use it.
+  host_memory_resource upstream;
+  fake_ordering ordering;
+  caching_resource cache(upstream, {}, ordering);
+  const stream_ref bound = cache.bound_stream();
+  void* p = cache.allocate(4096);
+  const std::size_t used = upstream.used_bytes();
+  ordering.captured.insert(bound.get());
+  cache.deallocate(p, 4096);
+  EXPECT_EQ(cache.statistics().cached_blocks, 0u) << "a block freed during the bound stream's capture was cached";
+  EXPECT_LT(upstream.used_bytes(), used) << "the block did not go upstream";
+  ordering.captured.clear();
+  EXPECT_EQ(cache.state().used_bytes, 0u);
+}
+
 TEST(CachingResource, AMissThatWouldGrowTheUpstreamTakesACachedBlockUpToTwiceItsClass) {
   host_memory_resource upstream;
   caching_resource cache(upstream);

@@ -179,6 +179,9 @@ void* coalescing_resource::hand_out(block* taken) {
     out_.emplace(taken->pointer, taken);
   } catch (...) {
     make_free(taken);
+    // Its idle event went when the block was taken: never known idle, the
+    // segment goes back only in its stream's order or after a synchronize.
+    taken->owner->last_free = ++frees_in_order_;
     throw;
   }
   counts_.used_bytes += taken->size;
@@ -236,10 +239,11 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
     return hand_out(reclaimed);
   }
   std::unique_lock lock(mutex_);
+  segment* added = nullptr;
   try {
     segments_.reserve(segments_.size() + 1);  // so that the emplace below cannot rehash and throw
     auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
-    segment* added = owned.get();
+    added = owned.get();
     added->sequence = segments_made_++;
     // The map owns the segment first: if the free set then cannot take its
     // block, erasing it from the map (which cannot throw) leaves nothing behind.
@@ -261,7 +265,14 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
   counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
   ++counts_.segment_allocations;
   // The new segment fits; another free meanwhile may fit better.
-  return hand_out(take_best_fit(pool, size, small));
+  block* taken = take_best_fit(pool, size, small);
+  if (added->wholly_free()) {
+    // Unused, it is still memory handed out in the stream's order: it goes
+    // back (or to another stream) only after that order reaches its event.
+    added->idle_event = ordering_.record(stream);
+    if (added->idle_event == nullptr) added->last_free = ++frees_in_order_;
+  }
+  return hand_out(taken);
 }
 
 void* coalescing_resource::do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {

@@ -10,12 +10,14 @@
 #include <cudapmr/adaptors/coalescing_resource.hpp>
 #include <cudapmr/adaptors/failure_callback_adaptor.hpp>
 #include <cudapmr/adaptors/limiting_adaptor.hpp>
+#include <cudapmr/adaptors/resource_adaptor.hpp>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <stdexcept>
@@ -367,6 +369,45 @@ TEST(CoalescingResource, ACallbackBelowThatFreesThroughTheResourceDoesNotDeadloc
   EXPECT_EQ(spilled, nullptr);
   EXPECT_EQ(cap.used_bytes(), 4 * mebibyte) << "the spilled block's segment went back for the retry";
   arena->deallocate_async(p, 4 * mebibyte, fake_stream(1));
+}
+
+/// An upstream that runs `during_allocate` once, inside its next allocation:
+/// another thread's call through the resource meanwhile.
+class hooked_upstream final : public resource_adaptor {
+ public:
+  explicit hooked_upstream(stream_ordered_resource& upstream) : resource_adaptor(upstream) {}
+  std::function<void()> during_allocate;
+  [[nodiscard]] std::string description() const override { return "hooked_upstream"; }
+
+ private:
+  void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override {
+    if (during_allocate) std::exchange(during_allocate, {})();
+    return upstream_resource().allocate_async(bytes, alignment, stream);
+  }
+  void do_deallocate_async(void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept override {
+    upstream_resource().deallocate_async(p, bytes, alignment, stream);
+  }
+};
+
+TEST(CoalescingResource, ANewSegmentLeftUnusedGoesBackOnlyOnceItsStreamsOrderReachesIt) {
+  // While a segment is made for a request on stream 1, a free there leaves a
+  // better fit. The new segment, unused, is still memory handed out in stream
+  // 1's order (a leaf below may have mapped pages whose work is queued there):
+  // given back on another stream at once, nothing would order it.
+  host_memory_resource host;
+  hooked_upstream upstream(host);
+  fake_ordering ordering;
+  coalescing_resource arena(upstream, {}, ordering);
+  void* first = arena.allocate_async(4 * mebibyte, fake_stream(1));
+  upstream.during_allocate = [&] { arena.deallocate_async(first, 4 * mebibyte, fake_stream(1)); };
+  void* second = arena.allocate_async(3 * mebibyte, fake_stream(1));
+  ASSERT_EQ(second, first) << "the block freed meanwhile, the better fit, was not the one taken: the case shows nothing";
+  const std::size_t reserved = arena.statistics().reserved_bytes;
+  ASSERT_GT(reserved, 4 * mebibyte);
+  EXPECT_EQ(arena.release_idle(0), 0u) << "the unused segment went back before stream 1's work reached it";
+  ordering.complete_all();
+  EXPECT_EQ(arena.release_idle(0), reserved - 4 * mebibyte);
+  arena.deallocate_async(second, 3 * mebibyte, fake_stream(1));
 }
 
 TEST(CoalescingResource, WithMaxIdleBytesWhatItHoldsFollowsWhatIsLive) {

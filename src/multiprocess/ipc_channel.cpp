@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/multiprocess/ipc_channel.hpp"
 
+#include "cudapmr/detail/deadline.hpp"
+
 #include <fmt/format.h>
 
 #include <poll.h>
@@ -46,7 +48,7 @@ sockaddr_un socket_address(const std::filesystem::path& path) {
 /// Whether `socket` became ready for `events` within `timeout`.
 bool is_ready_within(int socket, short events, std::chrono::milliseconds timeout, const std::string& operation) {
   pollfd entry{socket, events, 0};
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     const int wait_ms = static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, INT_MAX));
@@ -241,7 +243,7 @@ ipc_channel ipc_listener::accept(std::chrono::milliseconds timeout) {
 ipc_channel ipc_listener::accept(std::chrono::milliseconds timeout, const std::function<bool()>& peer_alive) {
   const std::string operation = fmt::format("accepting a connection on {}", socket_path_.string());
   constexpr std::chrono::milliseconds slice{100};
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (is_ready_within(socket_.get(), POLLIN, std::clamp(left, std::chrono::milliseconds(0), slice), operation))

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cudapmr/multiprocess/process.hpp"
 
+#include "cudapmr/detail/deadline.hpp"
+
 #include <fmt/format.h>
 
 #include <spawn.h>
@@ -106,7 +108,7 @@ std::optional<int> child_process::try_wait() {
 
 std::optional<int> child_process::wait_for(std::chrono::milliseconds timeout) {
   // waitpid has no timeout; a short poll is plenty for tests and launchers.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = detail::deadline_after(timeout);
   for (;;) {
     if (const std::optional<int> status = try_wait()) return status;
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;

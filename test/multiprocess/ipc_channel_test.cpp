@@ -181,6 +181,19 @@ TEST(IpcChannel, WaitingEndsAtTheTimeout) {
   }
 }
 
+TEST(IpcChannel, TheLongestTimeoutWaitsRatherThanEndingAtOnce) {
+  // milliseconds::max() is "wait for ever": the deadline must not overflow into the past.
+  auto [first, second] = ipc_channel::make_pair(std::chrono::milliseconds::max());
+  std::thread sending([&] {
+    std::this_thread::sleep_for(100ms);
+    first.send_value(7);
+  });
+  int received = 0;
+  EXPECT_NO_THROW(received = second.receive_value<int>());
+  sending.join();
+  EXPECT_EQ(received, 7);
+}
+
 TEST(IpcListener, StopsWaitingWhenThePeerIsGone) {
   ipc_listener listener;
   int asked = 0;

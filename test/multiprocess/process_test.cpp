@@ -43,6 +43,11 @@ TEST(ChildProcess, TryWaitAndWaitForDoNotBlockOnARunningChild) {
   EXPECT_EQ(child.try_wait(), 128 + SIGKILL);
 }
 
+TEST(ChildProcess, WaitForWithTheLongestTimeoutWaitsForTheChild) {
+  child_process child("/bin/sh", {"-c", "sleep 0.1; exit 4"});
+  EXPECT_EQ(child.wait_for(std::chrono::milliseconds::max()), 4) << "the deadline overflowed into the past";
+}
+
 TEST(ChildProcess, DestroyingARunningChildKillsAndReapsIt) {
   pid_t id = -1;
   {

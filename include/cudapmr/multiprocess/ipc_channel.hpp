@@ -52,7 +52,8 @@ class file_descriptor final {
 /// One end of a connected local socket (SOCK_SEQPACKET: reliable, ordered,
 /// message boundaries kept). Each message is a byte payload of a size both
 /// sides agree on, with at most one file descriptor attached. Every operation
-/// waits at most `timeout()` for the other side. Move-only; not thread-safe.
+/// waits at most `timeout()` for the other side (`milliseconds::max()`: with
+/// no limit). Move-only; not thread-safe.
 class ipc_channel final {
  public:
   /// Connects to the listener at `socket_path` (see ipc_listener), which must

@@ -41,7 +41,8 @@ class child_process final {
   /// The exit status (as `wait` gives it) if the child has ended; never blocks.
   /// \throws as `wait`.
   [[nodiscard]] std::optional<int> try_wait();
-  /// Waits at most `timeout` for the child to end; nullopt if it is still running.
+  /// Waits at most `timeout` (`milliseconds::max()`: with no limit) for the
+  /// child to end; nullopt if it is still running.
   /// \throws as `wait`.
   [[nodiscard]] std::optional<int> wait_for(std::chrono::milliseconds timeout);
   /// Sends `signal` to the child if it is still running. Never throws.

@@ -290,6 +290,7 @@ void send_virtual_memory(ipc_channel& channel, const virtual_memory_resource& re
 }
 
 imported_virtual_memory receive_virtual_memory(ipc_channel& channel, int device) {
+  detail::validate_device_ordinal(device);  // before the message is taken: a call with a good ordinal still finds it
   auto [message, descriptor] = channel.receive_value_with_descriptor<virtual_memory_message>();
   check_header(message.header, message_kind::virtual_memory, "receive_virtual_memory");
   if (!descriptor.is_open()) throw std::runtime_error("receive_virtual_memory: the message carried no descriptor");

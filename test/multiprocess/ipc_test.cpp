@@ -232,6 +232,15 @@ TEST_F(VirtualMemoryExport, AnotherProcessReadsAndWritesTheAllocation) {
   EXPECT_EQ(mismatches_in(p_, word_count, 9000), 0u) << "the peer's writes are not visible here";
 }
 
+TEST_F(VirtualMemoryExport, ABadDeviceOrdinalIsRefusedBeforeTheMessageIsTaken) {
+  auto [exporter, importer] = ipc_channel::make_pair(5s);
+  send_virtual_memory(exporter, *resource_, p_, *stream_);
+  EXPECT_THROW(static_cast<void>(receive_virtual_memory(importer, -1)), std::invalid_argument);
+  // The message and its descriptor wait for a call with a good ordinal.
+  const imported_virtual_memory imported = receive_virtual_memory(importer, 0);
+  EXPECT_EQ(imported.size_bytes(), bytes);
+}
+
 TEST(VirtualMemoryIpc, ADescriptorThatIsNotAnAllocationIsRefused) {
   CUDAPMR_REQUIRE_GPU();
   EXPECT_THROW(imported_virtual_memory memory(file_descriptor(::open("/dev/null", O_RDONLY | O_CLOEXEC)), 4096, 0),

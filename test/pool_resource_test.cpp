@@ -217,6 +217,31 @@ TEST_F(PoolResource, OverAlignedMemoryFreedThroughAnEqualResourceReturnsToThePoo
   EXPECT_EQ(allocator.stats().used_current, used_before) << "an over-aligned block leaked";
 }
 
+TEST_F(PoolResource, ABlockAllocatedBeforeACaptureAndFreedInItIsHeldBackNotMadeAFreeNode) {
+  // During capture cudaFreeAsync makes a free node, which only the graph's own
+  // allocations may have; and a graph that replays uses the block each time.
+  device_memory_resource resource(0, device_pool_options{});
+  const cudapmr::stream stream(0);
+  void* before = resource.allocate_async(mebibyte, stream);
+  stream.synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+  void* inside = resource.allocate_async(mebibyte, stream);
+  EXPECT_EQ(cudaMemsetAsync(inside, 1, mebibyte, stream.get()), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(before, 2, mebibyte, stream.get()), cudaSuccess);
+  resource.deallocate_async(before, mebibyte, stream);
+  resource.deallocate_async(inside, mebibyte, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess) << "a free broke the capture";
+  cudaGraphExec_t launchable = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&launchable, graph, 0), cudaSuccess);
+  for (int launch = 0; launch < 3; ++launch) EXPECT_EQ(cudaGraphLaunch(launchable, stream.get()), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecDestroy(launchable), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_GE(resource.stats().used_current, mebibyte) << "the block the graph writes went back to the pool";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST_F(PoolResource, DefaultDeviceResourceIsOnePerDevice) {
   device_memory_resource& first = default_device_resource(0);
   device_memory_resource& again = default_device_resource(0);

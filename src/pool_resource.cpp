@@ -4,9 +4,6 @@
 #include "cudapmr/detail/cuda_check.hpp"
 #include "cudapmr/detail/over_aligned_map.hpp"
 #include "cudapmr/detail/per_device.hpp"
-#include "cudapmr/detail/relaxed_capture_scope.hpp"
-#include "cudapmr/detail/stream_ordering.hpp"
-#include "cudapmr/detail/synchronize.hpp"
 #include "cudapmr/managed_memory_resource.hpp"
 #include "cudapmr/pinned_memory_resource.hpp"
 
@@ -17,12 +14,10 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <stdexcept>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -180,34 +175,21 @@ const std::optional<int>& validated_preference(const managed_pool_options& optio
 
 namespace detail {
 
-/// What every resource over one pool shares: they compare equal, so one may
-/// free what another allocated.
-struct pool_bookkeeping {
-  over_aligned_map over_aligned;
-  std::mutex mutex;  // guards the two lists below
-  /// Allocated on a captured stream: the graph's allocation nodes, the only
-  /// addresses a free node (cudaFreeAsync during a capture) may take.
-  std::unordered_set<void*> graph_blocks;
-  std::atomic<std::size_t> graph_block_count{0};  // read without the lock: most frees find none
-  /// Allocated outside any capture and freed on a captured stream: each launch
-  /// of the graph still uses them. Freed once the pool's last resource goes.
-  std::vector<void*> held_back;
-};
-
 namespace {
-/// The bookkeeping of `pool`, shared by every resource over it. The registry is
-/// never destroyed: resources destroyed at exit still use it.
-std::shared_ptr<pool_bookkeeping> bookkeeping_of(cudaMemPool_t pool) {
+/// The map of `pool`, shared by every resource over it (they compare equal, so
+/// one may free what another allocated). Never destroyed: resources destroyed
+/// at exit still use it.
+std::shared_ptr<over_aligned_map> over_aligned_map_of(cudaMemPool_t pool) {
   static std::mutex mutex;
-  static auto* all = new std::map<cudaMemPool_t, std::weak_ptr<pool_bookkeeping>>();
+  static auto* maps = new std::map<cudaMemPool_t, std::weak_ptr<over_aligned_map>>();
   const std::lock_guard lock(mutex);
-  std::weak_ptr<pool_bookkeeping>& slot = (*all)[pool];
-  std::shared_ptr<pool_bookkeeping> bookkeeping = slot.lock();
-  if (!bookkeeping) {
-    bookkeeping = std::make_shared<pool_bookkeeping>();
-    slot = bookkeeping;
+  std::weak_ptr<over_aligned_map>& slot = (*maps)[pool];
+  std::shared_ptr<over_aligned_map> map = slot.lock();
+  if (!map) {
+    map = std::make_shared<over_aligned_map>();
+    slot = map;
   }
-  return bookkeeping;
+  return map;
 }
 }  // namespace
 
@@ -228,7 +210,7 @@ pool_resource::pool_resource(memory_kind kind, int device_id, detail::pool_handl
       pool_(std::move(pool)),
       name_(name),
       bound_stream_(stream_device),
-      bookkeeping_(detail::bookkeeping_of(pool_.get())) {}
+      over_aligned_(detail::over_aligned_map_of(pool_.get())) {}
 
 pool_resource::pool_resource(memory_kind kind, detail::placed_host_pool pool, const char* name)
     : pool_resource(kind, -1, std::move(pool.pool), name, pool.stream_device) {
@@ -239,26 +221,6 @@ pool_resource::pool_resource(memory_kind kind, detail::placed_host_pool pool, co
 pool_resource::~pool_resource() {
   // Stream-ordered frees queued on the bound stream must land before an owned
   // pool is destroyed; errors are ignored, as a destructor must not throw.
-  static_cast<void>(detail::recover_from(cudaStreamSynchronize(bound_stream_.get())));
-  free_held_back_if_last();
-}
-
-void pool_resource::free_held_back_if_last() noexcept {
-  std::vector<void*> held;
-  {
-    const std::lock_guard lock(bookkeeping_->mutex);
-    if (bookkeeping_.use_count() == 1) held.swap(bookkeeping_->held_back);  // else a resource over the pool stays
-  }
-  if (held.empty()) return;
-  // A graph that uses them may still run: its device finishes first. In
-  // relaxed capture mode, so that another thread's capture stays valid.
-  const detail::relaxed_capture_scope relaxed;
-  try {
-    detail::synchronize_devices(kind(), device_id());
-  } catch (...) {
-    return;  // they stay allocated rather than freed under a graph still running
-  }
-  for (void* p : held) static_cast<void>(detail::recover_from(cudaFreeAsync(p, bound_stream_.get())));
   static_cast<void>(detail::recover_from(cudaStreamSynchronize(bound_stream_.get())));
 }
 
@@ -335,17 +297,6 @@ void* pool_resource::allocate_from_pool(std::size_t bytes, std::size_t alignment
                        alignment, padding == 0 ? "" : fmt::format(": {} asked plus {} of padding", bytes, padding),
                        fmt::ptr(stream.get()), description());
   });
-  // An allocation node of the graph being captured: its address alone may be freed during a capture.
-  if (detail::cuda_stream_ordering().is_capturing(stream)) {
-    try {
-      const std::lock_guard lock(bookkeeping_->mutex);
-      bookkeeping_->graph_blocks.insert(p);
-      bookkeeping_->graph_block_count.fetch_add(1, std::memory_order_release);
-    } catch (...) {
-      static_cast<void>(detail::recover_from(cudaFreeAsync(p, stream.get())));
-      throw;
-    }
-  }
   return p;
 }
 
@@ -360,37 +311,17 @@ void* pool_resource::do_allocate_async(std::size_t bytes, std::size_t alignment,
   void* base = allocate_from_pool(bytes, alignment, stream, padding);
   void* aligned = detail::align_up(base, alignment);
   try {
-    bookkeeping_->over_aligned.insert(aligned, base);
+    over_aligned_->insert(aligned, base);
   } catch (...) {
-    static_cast<void>(forget_graph_block(base));
     static_cast<void>(detail::recover_from(cudaFreeAsync(base, stream.get())));
     throw;
   }
   return aligned;
 }
 
-bool pool_resource::forget_graph_block(void* base) noexcept {
-  if (bookkeeping_->graph_block_count.load(std::memory_order_acquire) == 0) return false;
-  const std::lock_guard lock(bookkeeping_->mutex);
-  if (bookkeeping_->graph_blocks.erase(base) == 0) return false;
-  bookkeeping_->graph_block_count.fetch_sub(1, std::memory_order_release);
-  return true;
-}
-
 void pool_resource::do_deallocate_async(void* p, std::size_t /*bytes: the pool knows*/, std::size_t alignment,
                                         stream_ref stream) noexcept {
-  void* base = alignment > pool_alignment ? bookkeeping_->over_aligned.take(p) : p;
-  // A free during a capture becomes a free node, which only the graph's own
-  // allocations may have. Any other block (captured, or unknown: a legacy
-  // stream while another is captured) is used at each launch: held back.
-  if (!forget_graph_block(base) && detail::cuda_stream_ordering().is_capturing(stream)) {
-    try {
-      const std::lock_guard lock(bookkeeping_->mutex);
-      bookkeeping_->held_back.push_back(base);
-    } catch (...) {  // no memory to remember it: the block leaks rather than being freed under a graph
-    }
-    return;
-  }
+  void* base = alignment > pool_alignment ? over_aligned_->take(p) : p;
   CUDAPMR_ASSERT_CUDA_SUCCESS(cudaFreeAsync(base, stream.get()));
 }
 

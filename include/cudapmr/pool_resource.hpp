@@ -59,10 +59,9 @@ struct placed_host_pool {
   int stream_device = 0;
 };
 
-/// What every resource over one pool shares, as they are equal: each
-/// over-aligned pointer and the pointer the pool gave, and the blocks of
-/// graphs being captured.
-struct pool_bookkeeping;
+/// Over-aligned allocations of one pool: each aligned pointer and the pointer
+/// the pool gave. Shared by every resource over the pool, as they are equal.
+class over_aligned_map;
 }  // namespace detail
 
 /// A stream-ordered resource over one CUDA memory pool: a leaf, with no cache
@@ -74,13 +73,6 @@ struct pool_bookkeeping;
 /// synchronous pmr path that std::pmr containers use, stack a
 /// `caching_resource` on top (`default_pinned_resource()` and
 /// `default_managed_resource()` are such stacks).
-///
-/// Stream capture: an allocation on a captured stream is an allocation node
-/// of the graph, and its free there a free node. A block allocated outside
-/// the capture and freed on a captured stream is held back instead (a free
-/// node may not take it, and each launch of the graph still uses it): it is
-/// freed once the last resource over the pool is destroyed, after the device
-/// finishes.
 class pool_resource : public stream_ordered_resource {
  public:
   /// Waits for the bound stream, then destroys an owned pool (CUDA defers the
@@ -151,19 +143,13 @@ class pool_resource : public stream_ordered_resource {
 
   [[nodiscard]] void* allocate_from_pool(std::size_t bytes, std::size_t alignment, stream_ref stream,
                                          std::size_t padding = 0);
-  /// Whether `base` is an allocation node's address (then forgotten).
-  [[nodiscard]] bool forget_graph_block(void* base) noexcept;
-  /// Frees the blocks held back by frees on captured streams, after the device
-  /// finishes, where this is the pool's last resource.
-  void free_held_back_if_last() noexcept;
 
   detail::pool_handle pool_;
   const char* name_;
   stream bound_stream_;
   /// Allocations aligned past what the pool guarantees are over-allocated;
-  /// this maps each aligned pointer back to the pointer the pool gave, and
-  /// keeps the blocks of graphs being captured.
-  std::shared_ptr<detail::pool_bookkeeping> bookkeeping_;
+  /// this maps each aligned pointer back to the pointer the pool gave.
+  std::shared_ptr<detail::over_aligned_map> over_aligned_;
   std::optional<int> host_numa_node_;
   std::string placement_note_;
 };

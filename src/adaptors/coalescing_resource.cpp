@@ -245,6 +245,8 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
     auto owned = std::make_unique<segment>(static_cast<std::byte*>(base), bytes, small, &pool);
     added = owned.get();
     added->sequence = segments_made_++;
+    // Memory handed out in the stream's order: no synchronize begun before now covers its uses (reclaim_all).
+    added->made = ++frees_in_order_;
     // The map owns the segment first: if the free set then cannot take its
     // block, erasing it from the map (which cannot throw) leaves nothing behind.
     segments_.emplace(added->base, std::move(owned));
@@ -265,13 +267,15 @@ void* coalescing_resource::allocate_from_new_segment(stream_pool& pool, std::siz
   counts_.reserved_peak = std::max(counts_.reserved_peak, counts_.reserved_bytes);
   ++counts_.segment_allocations;
   // The new segment fits; another free meanwhile may fit better.
-  block* taken = take_best_fit(pool, size, small);
-  if (added->wholly_free()) {
-    // Unused, it is still memory handed out in the stream's order: it goes
-    // back (or to another stream) only after that order reaches its event.
-    added->idle_event = ordering_.record(stream);
-    if (added->idle_event == nullptr) added->last_free = ++frees_in_order_;
+  block* taken = nullptr;
+  try {
+    taken = take_best_fit(pool, size, small);
+  } catch (...) {  // no memory to split a block: the segment, unused, is never known idle
+    added->last_free = ++frees_in_order_;
+    throw;
   }
+  // Unused, it goes back (or to another stream) once the stream's order reaches this event.
+  if (added->wholly_free()) added->idle_event = ordering_.record(stream);
   return hand_out(taken);
 }
 
@@ -446,7 +450,7 @@ void coalescing_resource::take_free_segments(stream_pool* only, std::size_t belo
                                              std::uint64_t freed_by) noexcept {
   for (auto each = segments_.begin(); each != segments_.end();) {
     const segment& held = *each->second;
-    const bool ordered = held.pool == only || (only == nullptr && held.last_free <= freed_by);
+    const bool ordered = held.pool == only || (only == nullptr && held.last_free <= freed_by && held.made <= freed_by);
     const auto next = std::next(each);
     if (held.wholly_free() && held.size < below && ordered) take_out(each, out);
     each = next;

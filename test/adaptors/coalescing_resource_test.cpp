@@ -389,18 +389,28 @@ class hooked_upstream final : public resource_adaptor {
   }
 };
 
-TEST(CoalescingResource, ANewSegmentLeftUnusedGoesBackOnlyOnceItsStreamsOrderReachesIt) {
-  // While a segment is made for a request on stream 1, a free there leaves a
-  // better fit. The new segment, unused, is still memory handed out in stream
-  // 1's order (a leaf below may have mapped pages whose work is queued there):
-  // given back on another stream at once, nothing would order it.
+/// A new segment left unused: while the arena makes a segment for a 3 MiB
+/// request on a stream, a free of a 4 MiB block there leaves a better fit.
+/// The new segment is still memory handed out in that stream's order (a leaf
+/// below may have mapped pages whose work is queued there): given back on
+/// another stream with nothing ordering it, it would be reused under that work.
+class NewSegmentLeftUnused : public ::testing::Test {
+ protected:
+  /// The 3 MiB request on `stream`, `better_fit` (4 MiB, live) freed there while its segment is made.
+  void* allocate_while_freeing(void* better_fit, cudaStream_t stream) {
+    upstream.during_allocate = [=, this] { arena.deallocate_async(better_fit, 4 * mebibyte, stream); };
+    return arena.allocate_async(3 * mebibyte, stream);
+  }
+
   host_memory_resource host;
-  hooked_upstream upstream(host);
+  hooked_upstream upstream{host};
   fake_ordering ordering;
-  coalescing_resource arena(upstream, {}, ordering);
+  coalescing_resource arena{upstream, {}, ordering};
+};
+
+TEST_F(NewSegmentLeftUnused, GoesBackOnlyOnceItsStreamsOrderReachesIt) {
   void* first = arena.allocate_async(4 * mebibyte, fake_stream(1));
-  upstream.during_allocate = [&] { arena.deallocate_async(first, 4 * mebibyte, fake_stream(1)); };
-  void* second = arena.allocate_async(3 * mebibyte, fake_stream(1));
+  void* second = allocate_while_freeing(first, fake_stream(1));
   ASSERT_EQ(second, first) << "the block freed meanwhile, the better fit, was not the one taken: the case shows nothing";
   const std::size_t reserved = arena.statistics().reserved_bytes;
   ASSERT_GT(reserved, 4 * mebibyte);
@@ -408,6 +418,21 @@ TEST(CoalescingResource, ANewSegmentLeftUnusedGoesBackOnlyOnceItsStreamsOrderRea
   ordering.complete_all();
   EXPECT_EQ(arena.release_idle(0), reserved - 4 * mebibyte);
   arena.deallocate_async(second, 3 * mebibyte, fake_stream(1));
+}
+
+TEST_F(NewSegmentLeftUnused, DuringAReleasesSynchronizeStaysForItsStream) {
+  // The synchronize of release() covers only what was freed before it began.
+  void* first = arena.allocate_async(4 * mebibyte, fake_stream(2));
+  // Another stream's idle segment, too large for stream 2 to take over: release() synchronizes for it.
+  void* elsewhere = arena.allocate_async(16 * mebibyte, fake_stream(3));
+  arena.deallocate_async(elsewhere, 16 * mebibyte, fake_stream(3));
+  void* second = nullptr;
+  ordering.during_synchronize = [&] { second = allocate_while_freeing(first, fake_stream(2)); };
+  arena.release();
+  ASSERT_EQ(second, first) << "the block freed meanwhile, the better fit, was not the one taken: the case shows nothing";
+  EXPECT_EQ(arena.statistics().reserved_bytes, 8 * mebibyte)
+      << "the unused segment made during the synchronize went back with nothing ordering it after stream 2";
+  arena.deallocate_async(second, 3 * mebibyte, fake_stream(2));
 }
 
 TEST(CoalescingResource, WithMaxIdleBytesWhatItHoldsFollowsWhatIsLive) {

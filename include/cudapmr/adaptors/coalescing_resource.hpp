@@ -215,7 +215,10 @@ class coalescing_resource final : public resource_adaptor {
     block* first;
     /// When its last block freed on its own stream was freed, in `frees_in_order_`'s count.
     std::uint64_t last_free = 0;
-    /// Recorded on the segment's stream by the free that left it wholly free:
+    /// When it was made, in the same count: a synchronize begun before covers none of its uses.
+    std::uint64_t made = 0;
+    /// Recorded on the segment's stream by the free that left it wholly free
+    /// (or as it was made, where another free fitted the request better):
     /// another stream may take the segment over once it waits for this.
     detail::ordering_event idle_event = nullptr;
   };
@@ -275,7 +278,8 @@ class coalescing_resource final : public resource_adaptor {
   /// false (the segment stays) when there is no memory for the list. Called with the lock held.
   bool take_out(segment_map::iterator each, std::vector<std::unique_ptr<segment>>& out) noexcept;
   /// Moves into `out` the wholly free segments smaller than `below` of `only`,
-  /// or, if null, of every stream whose own frees came before `freed_by`.
+  /// or, if null, of every stream whose own frees came before `freed_by`
+  /// (segments made after it are left: no synchronize begun before covers them).
   /// Called with the lock held; the segments are then the caller's to return.
   void take_free_segments(stream_pool* only, std::size_t below, std::vector<std::unique_ptr<segment>>& out,
                           std::uint64_t freed_by = 0) noexcept;
@@ -307,7 +311,7 @@ class coalescing_resource final : public resource_adaptor {
   std::vector<pending_free> pending_;  // in the order of the frees
   std::vector<block*> retired_;  // out of use until destruction
   std::uint64_t segments_made_ = 0;
-  std::uint64_t frees_in_order_ = 0;  // frees on a block's own stream so far
+  std::uint64_t frees_in_order_ = 0;  // frees on a block's own stream and segments made, so far
   std::size_t recent_used_peak_ = 0;  // the most in use since idle segments were last given back
   std::size_t idle_bytes_ = 0;  // of every stream's wholly free segments
   coalescing_statistics counts_;

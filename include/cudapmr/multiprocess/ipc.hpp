@@ -210,8 +210,10 @@ class imported_virtual_memory final {
 void send_virtual_memory(ipc_channel& channel, const virtual_memory_resource& resource, const void* p,
                          stream_ref stream);
 /// Importer, step 2: receives step 1's message and maps the allocation for `device`.
-/// \throws std::runtime_error for a message that is not step 1's or carries no
-///   descriptor; as imported_virtual_memory's constructor; std::system_error from the channel.
+/// \throws std::invalid_argument for a bad device ordinal, before the message
+///   is taken (it stays in the channel); std::runtime_error for a message that
+///   is not step 1's or carries no descriptor; as imported_virtual_memory's
+///   constructor; std::system_error from the channel.
 [[nodiscard]] imported_virtual_memory receive_virtual_memory(ipc_channel& channel, int device);
 /// Importer, step 3: synchronizes `stream`, unmaps the memory, then tells the exporter.
 /// \throws std::system_error from the channel; cuda_error from the synchronize.

@@ -248,23 +248,18 @@ void* caching_resource::do_allocate(std::size_t bytes, std::size_t alignment) {
 
 void caching_resource::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
   if (p == nullptr) return;
-  if (!is_cacheable(bytes, alignment)) return stream_ordered_resource::do_deallocate(p, bytes, alignment);
+  // Handed out, the bound stream may have work queued or be captured: the free
+  // is one on that stream, as any resource's pmr free is.
+  if (bound_stream_shared() || !is_cacheable(bytes, alignment))
+    return stream_ordered_resource::do_deallocate(p, bytes, alignment);
   const std::size_t requested_class = detail::size_class_of(bytes);
   const std::size_t size_class = cache_.class_when_freed(p, requested_class);
   if (size_class == detail::block_cache::graph_block) {
     note_passed_back(detail::size_class_bytes(requested_class));
     return upstream_resource().deallocate(p, detail::size_class_bytes(requested_class), block_alignment);
   }
-  // Handed out, the bound stream may be captured: a free then is a free on a
-  // captured stream, which goes upstream as a graph node (as do_deallocate_async's).
-  if (bound_stream_shared() && is_captured(own_bound_stream())) {
-    cache_.note_returned_upstream(size_class);
-    return upstream_resource().deallocate_async(p, detail::size_class_bytes(size_class), block_alignment,
-                                                own_bound_stream());
-  }
   // With the bound stream never handed out, nothing queued can touch the block.
-  const auto outcome = bound_stream_shared() ? cache_.give(own_bound_stream(), size_class, p)
-                                             : cache_.give_ready(size_class, p);
+  const auto outcome = cache_.give_ready(size_class, p);
   if (outcome == detail::block_cache::give_outcome::refused)
     return upstream_resource().deallocate(p, detail::size_class_bytes(size_class), block_alignment);
   if (outcome == detail::block_cache::give_outcome::kept_over_live) trim_to_live(own_bound_stream());

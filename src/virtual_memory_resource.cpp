@@ -134,6 +134,25 @@ struct virtual_memory_resource::book {
     return static_cast<std::size_t>(std::count_if(unmaps_in_flight.begin(), unmaps_in_flight.end(),
                                                   [&](std::uint64_t ticket) { return ticket <= last; }));
   }
+
+  /// The batches a refused request waits for: those in flight when it was
+  /// first refused, so that others' steady frees cannot keep it waiting.
+  struct unmaps_awaited {
+    std::uint64_t last_ticket = 0;
+    std::size_t in_flight = 0;  // of those, as the refused call began
+  };
+  [[nodiscard]] unmaps_awaited unmaps_under_way() const noexcept {
+    return {last_unmap_ticket, unmaps_in_flight.size()};
+  }
+  /// With the leaf's mutex held by `lock`, after a refusal: unless none of
+  /// `awaited` is still in flight (false: refuse), waits until one more of them
+  /// has finished (true: memory may have come back, the call is worth making again).
+  [[nodiscard]] bool await_unmap(std::unique_lock<std::mutex>& lock, unmaps_awaited& awaited) {
+    if (awaited.in_flight == 0) return false;
+    unmap_finished.wait(lock, [&] { return unmaps_in_flight_up_to(awaited.last_ticket) < awaited.in_flight; });
+    awaited.in_flight = unmaps_in_flight_up_to(awaited.last_ticket);
+    return true;
+  }
 };
 
 /// Ends a batch of frees taken out of the pending list (counted in flight when
@@ -155,12 +174,6 @@ struct virtual_memory_resource::unmap_batch {
   }
 };
 
-/// The unmaps a refused allocation waits for: those in flight when it was
-/// first refused, so that others' steady frees cannot keep it waiting.
-struct virtual_memory_resource::unmaps_awaited {
-  std::uint64_t last_ticket = 0;
-  std::size_t in_flight = 0;  // of those, as the refused call began
-};
 
 virtual_memory_resource::virtual_memory_resource(int device, virtual_memory_options options)
     : stream_ordered_resource(memory_kind::device, validated(device)), bound_stream_(device) {
@@ -397,15 +410,15 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
       status = create();
       if (status == CUDA_ERROR_OUT_OF_MEMORY) {
         unmap_pending(true);
-        unmaps_awaited awaited;
+        book::unmaps_awaited awaited;
         {
           const std::lock_guard lock(mutex_);
-          awaited = {book_->last_unmap_ticket, book_->unmaps_in_flight.size()};
+          awaited = book_->unmaps_under_way();
         }
         for (;;) {  // once more, and again each time another thread's unmap under way gives memory back
           status = create();
           std::unique_lock lock(mutex_);
-          if (status != CUDA_ERROR_OUT_OF_MEMORY || !await_unmap(lock, awaited)) break;
+          if (status != CUDA_ERROR_OUT_OF_MEMORY || !book_->await_unmap(lock, awaited)) break;
         }
       }
     } catch (...) {
@@ -438,11 +451,11 @@ void* virtual_memory_resource::map_new(std::size_t bytes, std::size_t alignment,
     if (!taken) {  // the address ranges are full: pending frees hold part of them
       unmap_pending(true);
       std::unique_lock lock(mutex_);
-      unmaps_awaited awaited{book_->last_unmap_ticket, book_->unmaps_in_flight.size()};
+      book::unmaps_awaited awaited = book_->unmaps_under_way();
       for (;;) {  // again each time another thread's unmap under way gives addresses back
         taken = book_->try_take(bytes, alignment);
         if (taken) break;
-        if (!await_unmap(lock, awaited)) refuse_address_space(bytes, alignment, requested);
+        if (!book_->await_unmap(lock, awaited)) refuse_address_space(bytes, alignment, requested);
       }
     }
     address = *taken;
@@ -622,14 +635,6 @@ void virtual_memory_resource::unmap(std::vector<freed_range>& freed) noexcept {
   mapped_.fetch_sub(physical_bytes, std::memory_order_relaxed);
   mappings_.fetch_sub(unmapped_count, std::memory_order_relaxed);
   freed.clear();
-}
-
-bool virtual_memory_resource::await_unmap(std::unique_lock<std::mutex>& lock, unmaps_awaited& awaited) {
-  if (awaited.in_flight == 0) return false;
-  book_->unmap_finished.wait(
-      lock, [&] { return book_->unmaps_in_flight_up_to(awaited.last_ticket) < awaited.in_flight; });
-  awaited.in_flight = book_->unmaps_in_flight_up_to(awaited.last_ticket);
-  return true;
 }
 
 void virtual_memory_resource::release_completed() { unmap_pending(true); }

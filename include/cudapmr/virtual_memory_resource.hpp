@@ -153,7 +153,6 @@ class virtual_memory_resource final : public stream_ordered_resource {
   struct freed_range;
   struct book;  // what is mapped and what is freed, under mutex_
   struct unmap_batch;
-  struct unmaps_awaited;
 
   [[nodiscard]] stream_ref do_bound_stream() const noexcept override { return bound_stream_.ref(); }
   void* do_allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override;
@@ -172,10 +171,6 @@ class virtual_memory_resource final : public stream_ordered_resource {
   /// Unmaps the pending frees whose events have completed; where `wait`,
   /// waits for the others' events first. \throws cuda_error where a wait fails.
   void unmap_pending(bool wait);
-  /// With mutex_ held by `lock`, after a refusal: unless none of the unmaps
-  /// `awaited` is still in flight (false: refuse), waits until one more of them
-  /// has finished (true: memory may have come back, the call is worth making again).
-  [[nodiscard]] bool await_unmap(std::unique_lock<std::mutex>& lock, unmaps_awaited& awaited);
   /// Unmaps `freed` (ranges already out of every list) and gives their addresses back.
   void unmap(std::vector<freed_range>& freed) noexcept;
   /// `bytes` of address space aligned to `alignment` from a range reserved
